@@ -1,0 +1,41 @@
+"""Reading proxy lists from files or lines."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, List, Union
+
+from ._core import Exit, _parse_exits
+from ._errors import InvalidInput
+
+__all__ = ["load_exits"]
+
+
+def load_exits(path_or_lines: Union[str, "os.PathLike[str]", Iterable[str]]) -> List[Exit]:
+    """Read exits from a proxy-list file (a path) or from an iterable of lines.
+
+    Each line is ``[ID] PROXY [key=value ...]``; PROXY is a URL (``http``, ``https``,
+    ``socks5``, ``socks5h``), ``host:port``, ``host:port:user:pass`` or ``user:pass@host:port``.
+    Fields ``id=``, ``ip=`` and ``capacity=`` set those; other fields become tags. ``#`` starts a
+    comment. Without an id the exit id is ``user@host:port`` (or ``host:port``), which survives
+    a password change. Raises :class:`InvalidInput` naming the line, password masked.
+    """
+    if isinstance(path_or_lines, (str, os.PathLike)):
+        path = os.fspath(path_or_lines)
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        try:
+            return _parse_exits(lines)
+        except InvalidInput as e:
+            raise InvalidInput(f"{path}: {e}") from None
+    if isinstance(path_or_lines, bytes):
+        raise TypeError("load_exits takes a path or an iterable of str lines, not bytes")
+    lines = []
+    for line in path_or_lines:
+        if not isinstance(line, str):
+            raise TypeError(f"load_exits lines must be str, got {type(line).__name__}")
+        lines.extend(line.splitlines() or [""])
+    return _parse_exits(lines)

@@ -1,0 +1,53 @@
+//! An exit: one way out to the internet, identified by a stable id that the ring hashes.
+
+use crate::error::{Error, Result};
+use crate::proxy::ProxyUrl;
+use std::net::IpAddr;
+
+/// More points than this per exit would only cost memory: measured capacities stop at 6.
+pub const MAX_CAPACITY: u32 = 10_000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exit {
+    pub id: String,
+    pub proxy: ProxyUrl,
+    pub ip: Option<IpAddr>,
+    pub capacity: u32,
+    /// Sorted by key, so equal tag sets compare and print equally.
+    pub tags: Vec<(String, String)>,
+}
+
+impl Exit {
+    pub fn new(id: &str, proxy: &str, ip: Option<&str>, capacity: i64, mut tags: Vec<(String, String)>) -> Result<Exit> {
+        let proxy = ProxyUrl::parse(proxy)?;
+        let id = validate_id(id)?;
+        let capacity = validate_capacity(capacity)?;
+        let ip = ip
+            .map(|s| s.trim().parse::<IpAddr>().map_err(|_| Error::BadInput(format!("exit {id:?}: ip {s:?} is not an IP address"))))
+            .transpose()?;
+        tags.sort();
+        tags.dedup_by(|a, b| a.0 == b.0);
+        Ok(Exit { id, proxy, ip, capacity, tags })
+    }
+
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn validate_id(id: &str) -> Result<String> {
+    if id.is_empty() || id.trim() != id {
+        return Err(Error::BadInput(format!("exit id {id:?} must be non-empty with no surrounding spaces")));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(Error::BadInput(format!("exit id {id:?} must not contain control characters")));
+    }
+    Ok(id.to_owned())
+}
+
+pub fn validate_capacity(capacity: i64) -> Result<u32> {
+    if !(0..=MAX_CAPACITY as i64).contains(&capacity) {
+        return Err(Error::BadInput(format!("capacity {capacity} is outside 0..={MAX_CAPACITY}")));
+    }
+    Ok(capacity as u32)
+}

@@ -1,0 +1,176 @@
+//! Proxy lists as users keep them: one exit a line, in any of the shapes providers hand out.
+//!
+//! A line is whitespace-separated tokens: an optional id, the proxy, and `key=value` fields
+//! (`id=`, `ip=`, `capacity=`, anything else is a tag). The proxy is a full URL, `host:port`,
+//! `host:port:user:pass` or `user:pass@host:port`; the bare shapes mean `http://`.
+//! `#` starts a comment at the start of a line or after whitespace.
+//!
+//! The exit id, unless given, is `user@host:port` (or `host:port` without a user): a password
+//! change keeps the id, so the ring keeps every account where it was, while two sticky-session
+//! users on one gateway stay two exits.
+
+use crate::error::{Error, Result};
+use crate::exit::{validate_capacity, validate_id, Exit};
+use crate::proxy::{mask_raw, ProxyUrl, Scheme};
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// Parses every line; the first bad line stops the parse and is named in the error.
+pub fn parse(lines: &[&str]) -> Result<Vec<Exit>> {
+    let mut exits: Vec<Exit> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (n, line) in lines.iter().enumerate() {
+        let lineno = n + 1;
+        let Some(exit) = parse_line(line).map_err(|e| at_line(lineno, e))? else { continue };
+        if let Some(first) = seen.insert(exit.id.clone(), lineno) {
+            return Err(Error::BadProxy(format!(
+                "duplicate exit id {:?} on lines {first} and {lineno} (an id column tells them apart: `id=NAME`)",
+                exit.id
+            )));
+        }
+        exits.push(exit);
+    }
+    Ok(exits)
+}
+
+fn at_line(lineno: usize, e: Error) -> Error {
+    Error::BadProxy(format!("line {lineno}: {e}"))
+}
+
+/// One line: `Ok(None)` for blanks and comments.
+pub fn parse_line(line: &str) -> Result<Option<Exit>> {
+    let content = strip_comment(line).trim();
+    if content.is_empty() {
+        return Ok(None);
+    }
+    let mut positional: Vec<&str> = Vec::new();
+    let (mut id, mut ip, mut capacity) = (None, None, None);
+    let mut tags = Vec::new();
+    for token in content.split_whitespace() {
+        match field(token) {
+            Some(("id", v)) => id = Some(v),
+            Some(("ip", v)) => ip = Some(v),
+            Some(("capacity", v)) => capacity = Some(v),
+            Some((k, v)) => tags.push((k.to_owned(), v.to_owned())),
+            None => positional.push(token),
+        }
+    }
+    let proxy_token = match positional.as_slice() {
+        [proxy] => *proxy,
+        [first, proxy] if id.is_none() => {
+            id = Some(*first);
+            *proxy
+        }
+        _ => {
+            let shown: Vec<String> = positional.iter().map(|t| mask_raw(t)).collect();
+            return Err(Error::BadProxy(format!("expected `[ID] PROXY [key=value ...]`, got {:?}", shown.join(" "))));
+        }
+    };
+    let proxy = parse_proxy_token(proxy_token)?;
+    let id = match id {
+        Some(id) => validate_id(id)?,
+        None => derived_id(&proxy),
+    };
+    let capacity = match capacity {
+        None => 1,
+        Some(c) => validate_capacity(c.parse::<i64>().map_err(|_| Error::BadInput(format!("capacity {c:?} is not a whole number")))?)?,
+    };
+    let ip = ip
+        .map(|s| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("ip {s:?} is not an IP address"))))
+        .transpose()?;
+    tags.sort();
+    Ok(Some(Exit { id, proxy, ip, capacity, tags }))
+}
+
+/// A `key=value` token; the key must look like an identifier, which no proxy shape does
+/// (a URL's `scheme:` and a host's `:` come before any `=`).
+fn field(token: &str) -> Option<(&str, &str)> {
+    let (k, v) = token.split_once('=')?;
+    let mut chars = k.chars();
+    let first = chars.next()?;
+    let ident = (first.is_ascii_alphabetic() || first == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    ident.then_some((k, v))
+}
+
+fn strip_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        if b == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()) {
+            return &line[..i];
+        }
+    }
+    line
+}
+
+fn parse_proxy_token(token: &str) -> Result<ProxyUrl> {
+    if token.contains("://") {
+        return ProxyUrl::parse(token);
+    }
+    // `host:port:user:pass` first: its password may hold an `@`, and its port is all digits,
+    // which the `user` of `user:pass@host:port` never is next to a colon-free host.
+    let parts: Vec<&str> = token.splitn(4, ':').collect();
+    let numeric_port = parts.len() >= 2 && !parts[1].is_empty() && parts[1].bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        [host, port, user, pass] if numeric_port => {
+            ProxyUrl::from_parts(Scheme::Http, &format!("{host}:{port}"), Some(user), Some(pass))
+        }
+        _ if token.contains('@') => ProxyUrl::parse(&format!("http://{token}")),
+        [_, _] if numeric_port => ProxyUrl::from_parts(Scheme::Http, token, None, None),
+        _ => Err(Error::BadProxy(format!(
+            "cannot read {:?} as a proxy (expected a URL, host:port, host:port:user:pass or user:pass@host:port)",
+            mask_raw(token)
+        ))),
+    }
+}
+
+fn derived_id(proxy: &ProxyUrl) -> String {
+    match proxy.username() {
+        Some(u) if !u.is_empty() => format!("{u}@{}:{}", proxy.host(), proxy.port()),
+        _ => format!("{}:{}", proxy.host(), proxy.port()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shape_users_have() {
+        let lines = [
+            "# provider A",
+            "",
+            "gw.example:8000",
+            "gw.example:8001:user-sess-1:p@ss:word  # inline comment",
+            "user-sess-2:secret@gw.example:8001",
+            "socks5://u:pw@10.0.0.1:1080 ip=93.184.10.7 capacity=3 country=DE",
+            "sess-a1b2 http://u:pw@gw.example:9000",
+            "http://u:pw@gw.example:9001 id=sess-c3d4",
+        ];
+        let exits = parse(&lines).unwrap();
+        let ids: Vec<&str> = exits.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["gw.example:8000", "user-sess-1@gw.example:8001", "user-sess-2@gw.example:8001", "u@10.0.0.1:1080", "sess-a1b2", "sess-c3d4"]);
+        assert_eq!(exits[1].proxy.password(), Some("p@ss:word"));
+        assert_eq!(exits[3].capacity, 3);
+        assert_eq!(exits[3].tag("country"), Some("DE"));
+        assert_eq!(exits[3].ip, Some("93.184.10.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn id_survives_a_password_change() {
+        let a = parse_line("gw:1:user:old").unwrap().unwrap();
+        let b = parse_line("gw:1:user:new").unwrap().unwrap();
+        assert_eq!(a.id, b.id);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_mask_the_password() {
+        let e = parse(&["gw:1", "gw:1:user:hunter2:x capacity=-1"]).unwrap_err().to_string();
+        assert!(e.starts_with("line 2:") && e.contains("capacity -1") && !e.contains("hunter2"), "{e}");
+        let e = parse(&["gw:1:u:hunter2", "gw:1:u:hunter3"]).unwrap_err().to_string();
+        assert!(e.contains("lines 1 and 2") && !e.contains("hunter"), "{e}");
+        let e = parse(&["ftp://u:hunter2@h:1"]).unwrap_err().to_string();
+        assert!(e.starts_with("line 1:") && !e.contains("hunter2"), "{e}");
+        let e = parse(&["a b c"]).unwrap_err().to_string();
+        assert!(e.contains("expected"), "{e}");
+    }
+}

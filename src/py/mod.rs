@@ -1,0 +1,19 @@
+//! The Python bindings: convert, delegate, map errors. No logic lives here.
+
+mod errors;
+mod exit;
+mod ring;
+mod text;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_REPLICAS", crate::ring::DEFAULT_REPLICAS)?;
+    m.add_class::<exit::PyExit>()?;
+    m.add_class::<ring::PyRing>()?;
+    m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
+    m.add_function(wrap_pyfunction!(ring::position, m)?)?;
+    Ok(())
+}
