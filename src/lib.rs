@@ -2,17 +2,28 @@
 //!
 //! Plain Rust with no knowledge of Python; `src/py/` wraps it behind the `python` feature.
 
+pub mod clock;
 pub mod error;
 pub mod exit;
 pub mod hash;
+pub mod lease;
+pub mod outcome;
+pub mod pool;
 pub mod proxy;
 pub mod proxy_list;
 pub mod ring;
+pub mod select;
+pub mod session;
+pub mod warmup;
 
 #[cfg(feature = "python")]
 mod py;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
 pub use exit::Exit;
+pub use outcome::{Outcome, Report};
+pub use pool::{Config, Grant, Pool, Refusal};
 pub use proxy::ProxyUrl;
 pub use ring::Ring;
+pub use select::Strategy;

@@ -4,7 +4,15 @@ No message ever contains a proxy password."""
 
 from __future__ import annotations
 
-__all__ = ["Error", "InvalidInput", "UnknownExit", "NoExitAvailable"]
+__all__ = [
+    "Cooling",
+    "Error",
+    "InvalidInput",
+    "NoExitAvailable",
+    "SessionExitLost",
+    "UnknownExit",
+    "WarmingUp",
+]
 
 
 class Error(Exception):
@@ -22,3 +30,30 @@ class UnknownExit(Error, LookupError):
 
 class NoExitAvailable(Error):
     """No exit can serve: the ring is empty, or every exit is out of service or full."""
+
+
+class SessionExitLost(Error):
+    """The key's live session is bound to an exit that can no longer serve it (removed,
+    quarantined or dead). The key is never moved silently: end the session with
+    ``pool.end_session(key)`` (and, say, log the account in again); the next lease binds afresh."""
+
+    def __init__(self, message: str, key: "str | None" = None, exit_id: "str | None" = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.exit_id = exit_id
+
+
+class _RetryLater(Error):
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class WarmingUp(_RetryLater):
+    """A new (key, exit) pairing is still in its warm-up ramp; ``retry_after`` seconds from now
+    it may lease again."""
+
+
+class Cooling(_RetryLater):
+    """Keyless ``lru``: every exit used this site within the cooldown; retry after
+    ``retry_after`` seconds."""

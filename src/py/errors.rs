@@ -2,6 +2,7 @@
 //! `exitpool/_errors.py` so that they can also subclass the built-ins users already catch.
 
 use crate::error::Error;
+use crate::pool::Refusal;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
@@ -21,6 +22,50 @@ macro_rules! error_class {
 error_class!(invalid_input, "InvalidInput");
 error_class!(unknown_exit, "UnknownExit");
 error_class!(no_exit_available, "NoExitAvailable");
+
+macro_rules! class_getter {
+    ($fn:ident, $name:literal) => {
+        pub fn $fn(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+            static CLASS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+            CLASS.import(py, "exitpool._errors", $name)
+        }
+    };
+}
+
+class_getter!(session_exit_lost_class, "SessionExitLost");
+class_getter!(warming_up_class, "WarmingUp");
+class_getter!(cooling_class, "Cooling");
+
+/// A refusal the caller cannot wait out (or the end of a wait) as its Python exception.
+pub fn refusal_to_py(py: Python<'_>, r: Refusal, what: &str, timeout: Option<f64>) -> PyErr {
+    let made = match r {
+        Refusal::Full => return no_exit_available(py, full_message(what, timeout)),
+        Refusal::NoExits => return no_exit_available(py, format!("{what} has no exit in service")),
+        Refusal::Cooling(wait) => cooling_class(py).map(|c| {
+            PyErr::from_type(c.clone(), (format!("every exit of {what} used this site within the cooldown; retry after {wait:.3} s"), wait))
+        }),
+        Refusal::WarmingUp { retry_after, exit_id } => warming_up_class(py).map(|c| {
+            PyErr::from_type(
+                c.clone(),
+                (format!("the pairing with exit {exit_id:?} is warming up; retry after {retry_after:.3} s"), retry_after),
+            )
+        }),
+        Refusal::SessionExitLost { key, exit_id, why } => session_exit_lost_class(py).map(|c| {
+            PyErr::from_type(
+                c.clone(),
+                (format!("session of key {key:?} is bound to exit {exit_id:?}, but {why}; end it with end_session(key)"), key, exit_id),
+            )
+        }),
+    };
+    made.unwrap_or_else(|e| e)
+}
+
+pub fn full_message(what: &str, timeout: Option<f64>) -> String {
+    match timeout {
+        Some(t) if t > 0.0 => format!("every exit of {what} that could serve this lease stayed at max_leases for {t} s"),
+        _ => format!("every exit of {what} that could serve this lease is at max_leases"),
+    }
+}
 
 pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let msg = e.to_string();

@@ -1,7 +1,9 @@
 //! The Python bindings: convert, delegate, map errors. No logic lives here.
 
+mod clock;
 mod errors;
 mod exit;
+mod pool;
 mod ring;
 mod text;
 
@@ -13,6 +15,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_REPLICAS", crate::ring::DEFAULT_REPLICAS)?;
     m.add_class::<exit::PyExit>()?;
     m.add_class::<ring::PyRing>()?;
+    m.add_class::<pool::PyPool>()?;
+    m.add_class::<pool::PyLease>()?;
+    m.add_class::<clock::PyManualClock>()?;
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;
     Ok(())

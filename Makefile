@@ -1,0 +1,33 @@
+# exitpool: `make help` lists the targets. Everything installs into ./.venv and ./target.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: help demo install test test-rust test-python bench
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python ## build the wheel and install it into .venv
+	$(BIN)/pip install -q .
+
+demo: install ## install, then run the main job
+	$(BIN)/exitpool churn --exits examples/exits.txt --add 1
+
+test: test-rust test-python ## install what the tests need and run every test (cargo and pytest)
+
+test-rust: ## the pure core's tests (no Python involved)
+	cargo test --quiet
+
+test-python: $(BIN)/python ## build and install the wheel with the test extras, then pytest
+	$(BIN)/pip install -q ".[test]"
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/python ## the benchmarks (release build)
+	$(BIN)/pip install -q ".[bench]"
+	$(BIN)/python bench/ring.py

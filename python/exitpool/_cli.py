@@ -1,0 +1,140 @@
+"""The ``exitpool`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional, Sequence
+
+from ._core import DEFAULT_REPLICAS, Exit, Ring, _position
+from ._errors import Error
+from ._exits import load_exits
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that fails with one line and exit status 2, like the rest of the command."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+        self.exit(2, f"exitpool: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="exitpool",
+        description="A native pool of proxy exits: which exit should this account use?",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    a = sub.add_parser(
+        "assign",
+        help="print the exit each key is assigned to",
+        description="Print the exit each key is assigned to by the ring (passwords masked).",
+    )
+    a.add_argument("--exits", required=True, metavar="FILE", help="proxy list, one exit per line")
+    a.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS, help="ring points per unit of capacity (default %(default)s)")
+    a.add_argument("keys", nargs="+", metavar="KEY", help="account or session keys")
+
+    c = sub.add_parser(
+        "churn",
+        help="show how many keys move when the pool changes: ring vs hash %% n",
+        description=(
+            "Show, side by side, how many keys change exit when the pool changes, with the "
+            "consistent-hash ring and with a naive hash %% n over the list."
+        ),
+    )
+    c.add_argument("--exits", required=True, metavar="FILE", help="proxy list, one exit per line")
+    c.add_argument("--add", type=int, default=0, metavar="N", help="add N new exits")
+    c.add_argument("--remove", action="append", default=[], metavar="ID", help="remove the exit with this id (repeatable)")
+    c.add_argument("--keys", type=int, default=100_000, metavar="N", help="number of keys to place (default %(default)s)")
+    c.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS, help="ring points per unit of capacity (default %(default)s)")
+    return p
+
+
+def _assign(args: argparse.Namespace) -> int:
+    ring = Ring(load_exits(args.exits), replicas=args.replicas)
+    width = max(len(k) for k in args.keys)
+    for key, exit in zip(args.keys, ring.assign_many(args.keys)):
+        print(f"{key:<{width}}  {exit.exit_id}  {exit.masked_proxy}")
+    return 0
+
+
+def _naive(keys: Sequence[str], ids: Sequence[str]) -> List[str]:
+    n = len(ids)
+    return [ids[_position(k) % n] for k in keys]
+
+
+def _churn(args: argparse.Namespace) -> int:
+    if args.keys < 1:
+        raise _Usage(f"--keys must be at least 1, got {args.keys}")
+    if args.add < 0:
+        raise _Usage(f"--add must be 0 or more, got {args.add}")
+    before_exits = load_exits(args.exits)
+    if not before_exits:
+        raise _Usage(f"{args.exits}: no exits in the file")
+    ids = [e.exit_id for e in before_exits]
+    missing = [r for r in args.remove if r not in ids]
+    if missing:
+        raise _Usage(f"--remove {missing[0]!r}: no exit with that id in {args.exits}")
+    if not args.add and not args.remove:
+        raise _Usage("nothing changes: give --add N and/or --remove ID")
+
+    before = Ring(before_exits, replicas=args.replicas)
+    after = Ring(before_exits, replicas=args.replicas)
+    for r in args.remove:
+        after.remove(r)
+    added: List[Exit] = []
+    for i in range(args.add):
+        new_id = f"new-{i + 1}"
+        while new_id in before:
+            new_id += "'"
+        added.append(Exit(new_id, f"http://new-{i + 1}.invalid:8000"))
+        after.add(added[-1])
+    if len(after) == 0:
+        raise _Usage("removing every exit leaves nothing to assign to")
+
+    keys = [f"account-{i}" for i in range(args.keys)]
+    ids_after = [i for i in ids if i not in set(args.remove)] + [e.exit_id for e in added]
+    ring_moved = len(after.moved(before, keys))
+    naive_before, naive_after = _naive(keys, ids), _naive(keys, ids_after)
+    naive_moved = sum(1 for a, b in zip(naive_before, naive_after) if a != b)
+    # What a perfect capacity-weighted scheme must move: the removed exits' share, plus the
+    # share the new exits take from the rest.
+    weight = {e.exit_id: max(1, e.capacity) for e in before_exits}
+    w0 = sum(weight.values())
+    w_removed = sum(weight[r] for r in args.remove)
+    w1 = w0 - w_removed + sum(max(1, e.capacity) for e in added)
+    floor = w_removed / w0 + (1 - w_removed / w0) * (len(added) / w1)
+    n0, n1 = len(ids), len(ids_after)
+
+    change = []
+    if args.add:
+        change.append(f"add {args.add}")
+    if args.remove:
+        change.append(f"remove {', '.join(args.remove)}")
+    print(f"pool: {n0} exits -> {n1} exits ({'; '.join(change)}), {args.keys:,} keys, ring replicas {args.replicas}")
+    print()
+    print(f"{'':<22}{'keys moved':>12}{'share':>9}")
+    print(f"{'consistent-hash ring':<22}{ring_moved:>12,}{ring_moved / args.keys:>9.2%}")
+    print(f"{'naive hash % n':<22}{naive_moved:>12,}{naive_moved / args.keys:>9.2%}")
+    print(f"{'fair share':<22}{round(floor * args.keys):>12,}{floor:>9.2%}")
+    return 0
+
+
+class _Usage(Exception):
+    pass
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"assign": _assign, "churn": _churn}[args.command](args)
+    except (_Usage, Error, OSError) as e:
+        print(f"exitpool: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The async half of ``Lease``: waiting without blocking the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Optional
+
+from ._errors import Cooling, NoExitAvailable, WarmingUp
+
+# While every candidate exit is full, look again after this long, doubling up to the cap.
+_POLL_FIRST = 0.001
+_POLL_CAP = 0.05
+
+
+async def _aenter(lease: Any, timeout: Optional[float]) -> Any:
+    """Acquire for ``async with``: waits (asleep, never blocking the loop) while exits are full,
+    and also waits out ``WarmingUp`` and ``Cooling`` when their wait fits in the timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    poll = _POLL_FIRST
+    while True:
+        try:
+            if lease._try_enter():
+                return lease
+            wait = poll
+            poll = min(poll * 2, _POLL_CAP)
+            refusal: Optional[BaseException] = None
+        except (WarmingUp, Cooling) as e:
+            wait, refusal = e.retry_after, e
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or (refusal is not None and wait > left):
+                if refusal is not None:
+                    raise refusal
+                raise NoExitAvailable(lease._full_message(timeout))
+            wait = min(wait, left)
+        await asyncio.sleep(wait)
+
+
+async def _aexit(lease: Any, exc_type: Any, exc: Any, tb: Any) -> bool:
+    return lease.__exit__(exc_type, exc, tb)

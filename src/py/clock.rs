@@ -1,0 +1,36 @@
+//! `ManualClock`: the clock tests hand to a pool and advance by hand.
+
+use super::errors::invalid_input;
+use crate::clock::{Clock, ManualClock};
+use pyo3::prelude::*;
+
+#[pyclass(name = "ManualClock", module = "exitpool", frozen)]
+pub struct PyManualClock {
+    pub inner: ManualClock,
+}
+
+#[pymethods]
+impl PyManualClock {
+    #[new]
+    #[pyo3(signature = (start=0.0))]
+    fn new(py: Python<'_>, start: f64) -> PyResult<Self> {
+        if !start.is_finite() {
+            return Err(invalid_input(py, format!("start {start} must be a finite number of seconds")));
+        }
+        Ok(PyManualClock { inner: ManualClock::new(start) })
+    }
+
+    /// Moves time forward by `seconds`; returns the new time.
+    fn advance(&self, py: Python<'_>, seconds: f64) -> PyResult<f64> {
+        self.inner.advance(seconds).map_err(|m| invalid_input(py, m))
+    }
+
+    /// The current time in seconds.
+    fn now(&self) -> f64 {
+        self.inner.now()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ManualClock(now={})", self.inner.now())
+    }
+}

@@ -1,0 +1,633 @@
+//! `Pool` and `Lease`: the bindings over the core pool. They convert arguments, delegate, and
+//! turn refusals into exceptions; the decisions are the core's.
+
+use super::clock::PyManualClock;
+use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
+use super::exit::{extract_capacity, PyExit};
+use super::ring::extract_replicas;
+use super::text::{with_key, with_str};
+use crate::clock::{Clock, SystemClock};
+use crate::exit::Exit;
+use crate::lease::LeaseId;
+use crate::outcome::{ErrorKind, Report, OUTCOMES};
+use crate::pool::{Config, Grant, Pool, Refusal};
+use crate::select::Strategy;
+use crate::warmup::WarmupConfig;
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[pyclass(name = "Pool", module = "exitpool", frozen)]
+pub struct PyPool {
+    core: Arc<Pool>,
+    view: u32,
+    /// How messages name this pool or subset.
+    what: Arc<str>,
+}
+
+fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(invalid_input(py, format!("{name} {v} must be a finite number of seconds >= 0")));
+    }
+    Ok(v)
+}
+
+fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<WarmupConfig>> {
+    if w.is_none() {
+        return Ok(None);
+    }
+    if let Ok(b) = w.cast::<PyBool>() {
+        return Ok(b.is_true().then(WarmupConfig::default));
+    }
+    if w.is_instance_of::<PyInt>() || w.is_instance_of::<PyFloat>() {
+        let d = WarmupConfig::default();
+        return WarmupConfig::new(w.extract()?, d.initial_interval, d.horizon).py_err(py).map(Some);
+    }
+    if let Ok(d) = w.cast::<PyDict>() {
+        let mut cfg = WarmupConfig::default();
+        for (k, v) in d.iter() {
+            let k: String = k.extract()?;
+            let v: f64 = v.extract().map_err(|_| invalid_input(py, format!("warmup {k} must be a number of seconds")))?;
+            match k.as_str() {
+                "ramp" => cfg.ramp = v,
+                "initial_interval" => cfg.initial_interval = v,
+                "horizon" => cfg.horizon = v,
+                _ => return Err(invalid_input(py, format!("warmup has no setting {k:?} (ramp, initial_interval, horizon)"))),
+            }
+        }
+        return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
+    }
+    Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", w.repr()?)))
+}
+
+fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>> {
+    let mut out = Vec::new();
+    for item in exits.try_iter()? {
+        let item = item?;
+        let exit = item.cast::<PyExit>().map_err(|_| {
+            invalid_input(py, format!("a Pool holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()))
+        })?;
+        out.push((*exit.get().inner).clone());
+    }
+    Ok(out)
+}
+
+fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
+    timeout.map(|t| seconds(py, "timeout", t)).transpose()
+}
+
+#[pymethods]
+impl PyPool {
+    #[new]
+    #[pyo3(signature = (exits, *, strategy="weighted", replicas=None, session_ttl=900.0, lease_ttl=120.0,
+                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        exits: &Bound<'_, PyAny>,
+        strategy: &str,
+        replicas: Option<&Bound<'_, PyAny>>,
+        session_ttl: f64,
+        lease_ttl: f64,
+        max_leases: Option<&Bound<'_, PyAny>>,
+        balance_factor: Option<f64>,
+        warmup: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyManualClock>>,
+        seed: Option<u64>,
+        cooldown: f64,
+    ) -> PyResult<PyPool> {
+        let max_leases = match max_leases {
+            None => None,
+            Some(m) => {
+                let m = extract_capacity(py, m, "max_leases")?;
+                if !(1..=u32::MAX as i64).contains(&m) {
+                    return Err(invalid_input(py, format!("max_leases {m} must be at least 1 (None means no limit)")));
+                }
+                Some(m as u32)
+            }
+        };
+        let cfg = Config {
+            strategy: Strategy::parse(strategy).py_err(py)?,
+            replicas: match replicas {
+                Some(r) => extract_replicas(py, r)?,
+                None => crate::ring::DEFAULT_REPLICAS,
+            },
+            session_ttl,
+            lease_ttl,
+            max_leases,
+            balance_factor,
+            warmup: match warmup {
+                Some(w) => extract_warmup(py, w)?,
+                None => None,
+            },
+            cooldown,
+            seed,
+        };
+        let clock: Arc<dyn Clock> = match clock {
+            Some(c) => Arc::new(c.get().inner.clone()),
+            None => Arc::new(SystemClock::new()),
+        };
+        let exits = extract_exits(py, exits)?;
+        let core = py.detach(move || Pool::new(exits, cfg, clock)).py_err(py)?;
+        Ok(PyPool { core: Arc::new(core), view: 0, what: "the pool".into() })
+    }
+
+    /// A context manager (`with` and `async with`) that leases an exit for `key`.
+    #[pyo3(signature = (key=None, *, site=None, timeout=None))]
+    fn lease(&self, py: Python<'_>, key: Option<Bound<'_, PyString>>, site: Option<Bound<'_, PyString>>, timeout: Option<f64>) -> PyResult<PyLease> {
+        Ok(PyLease {
+            core: self.core.clone(),
+            view: self.view,
+            what: self.what.clone(),
+            key: key.map(Bound::unbind),
+            site: site.map(Bound::unbind),
+            timeout: timeout_of(py, timeout)?,
+            state: Mutex::new(LeaseState::default()),
+        })
+    }
+
+    /// Leases at once (waiting up to `timeout` for a free slot); pair with `release`.
+    #[pyo3(signature = (key=None, *, site=None, timeout=None))]
+    fn acquire(&self, py: Python<'_>, key: Option<Bound<'_, PyString>>, site: Option<Bound<'_, PyString>>, timeout: Option<f64>) -> PyResult<PyLease> {
+        let lease = self.lease(py, key, site, timeout)?;
+        lease.enter(py)?;
+        Ok(lease)
+    }
+
+    /// Ends a lease, with an outcome if given (else the one reported, else success).
+    /// Returns False if the lease had already ended (expired or released): nothing changes.
+    #[pyo3(signature = (lease, *, status=None, latency=None, captcha=false, error=None, retry_after=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn release(
+        &self,
+        py: Python<'_>,
+        lease: &Bound<'_, PyLease>,
+        status: Option<&Bound<'_, PyAny>>,
+        latency: Option<f64>,
+        captcha: bool,
+        error: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<f64>,
+    ) -> PyResult<bool> {
+        let lease = lease.get();
+        if status.is_some() || latency.is_some() || captcha || error.is_some() || retry_after.is_some() {
+            lease.record(py, status, latency, captcha, error, retry_after)?;
+        }
+        Ok(lease.finish(None))
+    }
+
+    /// Where `key` lives now (its live session's exit, else its ring exit), without leasing.
+    fn assign(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyExit> {
+        with_key(key, "key", |k| self.core.assign(self.view, k))?
+            .map(|inner| PyExit { inner })
+            .map_err(|e| refusal_to_py(py, e, &self.what, None))
+    }
+
+    /// Stops new sessions on the exit; live ones drain. Returns the keys of the live sessions,
+    /// which will move when they end.
+    fn bench(&self, py: Python<'_>, exit_id: &str) -> PyResult<Vec<String>> {
+        self.core.bench(exit_id).py_err(py)
+    }
+
+    /// Puts a benched exit back in service.
+    fn unbench(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
+        self.core.unbench(exit_id).py_err(py)
+    }
+
+    /// Ends the key's sticky session; returns whether there was one.
+    fn end_session(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(key, "key", |k| self.core.end_session(k))
+    }
+
+    /// Changes an exit's capacity (its weight); only its own arcs of the ring move.
+    fn set_capacity(&self, py: Python<'_>, exit_id: &str, capacity: &Bound<'_, PyAny>) -> PyResult<()> {
+        let c = crate::exit::validate_capacity(extract_capacity(py, capacity, "capacity")?).py_err(py)?;
+        self.core.set_capacity(exit_id, c).py_err(py)
+    }
+
+    /// Adds an exit; only keys in its new arcs move to it (when their sessions end).
+    fn add(&self, py: Python<'_>, exit: &Bound<'_, PyExit>) -> PyResult<()> {
+        self.core.add((*exit.get().inner).clone()).py_err(py)
+    }
+
+    /// Removes an exit for good and returns it. Live sessions on it get `SessionExitLost`.
+    fn remove(&self, py: Python<'_>, exit_id: &str) -> PyResult<PyExit> {
+        self.core.remove(exit_id).py_err(py).map(|inner| PyExit { inner })
+    }
+
+    /// A view over the exits whose tags match, with its own ring, sharing leases, sessions
+    /// and health with the whole pool.
+    #[pyo3(signature = (**tags))]
+    fn subset(&self, py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<PyPool> {
+        let mut filter = Vec::new();
+        if let Some(tags) = tags {
+            for (k, v) in tags.iter() {
+                let Ok(v) = v.cast::<PyString>() else {
+                    return Err(invalid_input(py, format!("subset tag {k} must be a str, got {}", v.repr()?)));
+                };
+                filter.push((k.extract::<String>()?, v.to_string()));
+            }
+        }
+        filter.sort();
+        let what: String = if filter.is_empty() {
+            "the pool".into()
+        } else {
+            let parts: Vec<String> = filter.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            format!("subset({})", parts.join(", "))
+        };
+        let view = self.core.subset(filter).py_err(py)?;
+        Ok(PyPool { core: self.core.clone(), view, what: what.into() })
+    }
+
+    /// The exits in service in this pool or subset.
+    #[getter]
+    fn exits(&self) -> Vec<PyExit> {
+        self.core.members(self.view).into_iter().map(|inner| PyExit { inner }).collect()
+    }
+
+    /// The pool's exit by id (benched ones included).
+    fn exit(&self, py: Python<'_>, exit_id: &str) -> PyResult<PyExit> {
+        self.core.exit(exit_id).py_err(py).map(|inner| PyExit { inner })
+    }
+
+    /// The current time on the pool's clock.
+    fn now(&self) -> f64 {
+        self.core.now()
+    }
+
+    /// Everything the pool knows, as plain data (JSON-serialisable).
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let snap = self.core.snapshot();
+        let names = OUTCOMES.map(|o| o.name());
+        let outcomes = |counts: &[u64; 8]| -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            for (name, n) in names.iter().zip(counts) {
+                d.set_item(*name, *n)?;
+            }
+            Ok(d)
+        };
+        let exits = PyList::empty(py);
+        for e in &snap.exits {
+            let d = PyDict::new(py);
+            d.set_item("exit_id", &e.exit.id)?;
+            d.set_item("proxy", e.exit.proxy.masked())?;
+            d.set_item("ip", e.exit.ip.map(|ip| ip.to_string()))?;
+            d.set_item("capacity", e.exit.capacity)?;
+            let tags = PyDict::new(py);
+            for (k, v) in &e.exit.tags {
+                tags.set_item(k, v)?;
+            }
+            d.set_item("tags", tags)?;
+            d.set_item("benched", e.benched)?;
+            d.set_item("active_leases", e.active)?;
+            d.set_item("sessions", e.sessions)?;
+            d.set_item("leases", e.leases)?;
+            d.set_item("outcomes", outcomes(&e.outcomes)?)?;
+            exits.append(d)?;
+        }
+        let counts = PyDict::new(py);
+        counts.set_item("acquired", snap.counts.acquired)?;
+        counts.set_item("released", snap.counts.released)?;
+        counts.set_item("expired", snap.counts.expired)?;
+        counts.set_item("ignored_releases", snap.counts.ignored_releases)?;
+        counts.set_item("waits", snap.counts.waits)?;
+        counts.set_item("outcomes", outcomes(&snap.counts.outcomes)?)?;
+        let d = PyDict::new(py);
+        d.set_item("time", snap.now)?;
+        d.set_item("exits", exits)?;
+        d.set_item("sessions", snap.sessions)?;
+        d.set_item("live_leases", snap.live_leases)?;
+        d.set_item("counts", counts)?;
+        Ok(d)
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.members(self.view).len()
+    }
+
+    fn __contains__(&self, item: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let id = match item.cast::<PyExit>() {
+            Ok(e) => e.get().inner.id.clone(),
+            Err(_) => match item.cast::<PyString>() {
+                Ok(s) => s.to_string(),
+                Err(_) => return Ok(false),
+            },
+        };
+        Ok(self.core.members(self.view).iter().any(|e| e.id == id))
+    }
+
+    fn __repr__(&self) -> String {
+        let n = self.core.members(self.view).len();
+        if self.view == 0 {
+            format!("Pool({n} exits, strategy='{}')", self.core.config().strategy.name())
+        } else {
+            format!("Pool.{} ({n} exits)", self.what)
+        }
+    }
+}
+
+#[derive(Default)]
+struct LeaseState {
+    id: Option<LeaseId>,
+    exit: Option<Arc<Exit>>,
+    choice: &'static str,
+    report: Option<Report>,
+    done: bool,
+}
+
+/// One lease of one exit. Made by `pool.lease(...)` (acquired on entering the block) or
+/// `pool.acquire(...)` (acquired already).
+#[pyclass(name = "Lease", module = "exitpool", frozen)]
+pub struct PyLease {
+    core: Arc<Pool>,
+    view: u32,
+    what: Arc<str>,
+    key: Option<Py<PyString>>,
+    site: Option<Py<PyString>>,
+    timeout: Option<f64>,
+    state: Mutex<LeaseState>,
+}
+
+/// `None` means "as long as it takes"; a slot always frees within `lease_ttl` anyway.
+fn wait_budget(timeout: Option<f64>) -> Duration {
+    match timeout {
+        None => Duration::MAX,
+        Some(t) => Duration::from_secs_f64(t),
+    }
+}
+
+/// How long one GIL-free wait lasts before Python gets a chance to see Ctrl-C.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+impl PyLease {
+    fn attempt(&self, py: Python<'_>, wait: Duration) -> Result<Grant, Refusal> {
+        let run = |k: Option<&str>, s: Option<&str>| {
+            if wait.is_zero() {
+                self.core.try_acquire(self.view, k, s)
+            } else {
+                py.detach(|| self.core.acquire(self.view, k, s, wait))
+            }
+        };
+        // Both strings are immutable and held by this lease for the whole call.
+        let key = self.key.as_ref().map(|k| k.bind(py));
+        let site = self.site.as_ref().map(|s| s.bind(py));
+        let r = match (key, site) {
+            (None, None) => Ok(run(None, None)),
+            (Some(k), None) => with_str(k, |k| run(Some(k), None)),
+            (None, Some(s)) => with_str(s, |s| run(None, Some(s))),
+            (Some(k), Some(s)) => with_str(k, |k| with_str(s, |s| run(Some(k), Some(s)))).and_then(|r| r),
+        };
+        // A str that cannot be read as UTF-8 (a lone surrogate) matches no exit.
+        r.unwrap_or(Err(Refusal::NoExits))
+    }
+
+    fn started(&self, grant: Grant) {
+        let mut st = self.state.lock();
+        st.id = Some(grant.id);
+        st.exit = Some(grant.exit);
+        st.choice = grant.choice.name();
+    }
+
+    fn check_fresh(&self, py: Python<'_>) -> PyResult<()> {
+        let st = self.state.lock();
+        if st.id.is_some() || st.done {
+            return Err(invalid_input(py, "this lease was already entered; make a new one with pool.lease(...)"));
+        }
+        Ok(())
+    }
+
+    /// The sync acquire: one try with the GIL held (the common case), then GIL-free waits.
+    fn enter(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_fresh(py)?;
+        let budget = wait_budget(self.timeout);
+        let started = Instant::now();
+        let mut result = self.attempt(py, Duration::ZERO);
+        while matches!(result, Err(Refusal::Full)) {
+            let left = budget.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            result = self.attempt(py, left.min(SIGNAL_CHECK));
+            if matches!(result, Err(Refusal::Full)) {
+                py.check_signals()?;
+            }
+        }
+        match result {
+            Ok(grant) => {
+                self.started(grant);
+                Ok(())
+            }
+            Err(r) => Err(refusal_to_py(py, r, &self.what, self.timeout)),
+        }
+    }
+
+    fn record(
+        &self,
+        py: Python<'_>,
+        status: Option<&Bound<'_, PyAny>>,
+        latency: Option<f64>,
+        captcha: bool,
+        error: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<f64>,
+    ) -> PyResult<()> {
+        let status = match status {
+            Some(s) if !s.is_none() => Some(extract_capacity(py, s, "status")?),
+            _ => None,
+        };
+        let error = match error {
+            Some(e) if !e.is_none() => Some(error_kind(py, e)?),
+            _ => None,
+        };
+        let report = Report::new(status, latency, captcha, error, retry_after).py_err(py)?;
+        self.state.lock().report = Some(report);
+        Ok(())
+    }
+
+    /// Releases once; later calls (and releases after expiry) change nothing.
+    fn finish(&self, fallback: Option<Report>) -> bool {
+        let (id, report) = {
+            let mut st = self.state.lock();
+            if st.done {
+                return false;
+            }
+            st.done = true;
+            let Some(id) = st.id else { return false };
+            (id, st.report.or(fallback).unwrap_or(Report::SUCCESS))
+        };
+        self.core.release(id, &report)
+    }
+
+    fn exit_or_err(&self, py: Python<'_>) -> PyResult<Arc<Exit>> {
+        self.state.lock().exit.clone().ok_or_else(|| invalid_input(py, "this lease has not been acquired yet: use it inside `with pool.lease(...)`"))
+    }
+}
+
+fn classify(py: Python<'_>, exc: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
+    static CLASSIFY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let f = CLASSIFY.import(py, "exitpool._outcome", "_classify")?;
+    let kind: String = f.call1((exc,))?.extract()?;
+    ErrorKind::parse(&kind).py_err(py)
+}
+
+/// `error=` may be an exception (classified) or one of the class names.
+fn error_kind(py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
+    if let Ok(s) = e.cast::<PyString>() {
+        return ErrorKind::parse(&s.to_cow()?).py_err(py);
+    }
+    if e.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+        return classify(py, e);
+    }
+    Err(invalid_input(py, format!("error must be an exception or 'timeout', 'connect', 'proxy', 'other', got {}", e.repr()?)))
+}
+
+#[pymethods]
+impl PyLease {
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().enter(slf.py())?;
+        Ok(slf)
+    }
+
+    /// Ends the lease: with the reported outcome, else success on a clean exit, else a
+    /// failure classified from the exception (which propagates unchanged).
+    #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
+    fn __exit__(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>, exc: Option<&Bound<'_, PyAny>>, tb: Option<&Bound<'_, PyAny>>) -> bool {
+        let _ = tb;
+        let fallback = if exc_type.is_some_and(|t| !t.is_none()) {
+            let kind = match exc {
+                Some(e) if !e.is_none() => classify(py, e).unwrap_or(ErrorKind::Other),
+                _ => ErrorKind::Other,
+            };
+            Report::new(None, None, false, Some(kind), None).ok()
+        } else {
+            None
+        };
+        self.finish(fallback);
+        false
+    }
+
+    fn __aenter__<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        static AENTER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        slf.get().check_fresh(py)?;
+        let timeout = slf.get().timeout;
+        AENTER.import(py, "exitpool._lease", "_aenter")?.call1((slf, timeout))
+    }
+
+    #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
+    fn __aexit__<'py>(
+        slf: Bound<'py, Self>,
+        exc_type: Option<Bound<'py, PyAny>>,
+        exc: Option<Bound<'py, PyAny>>,
+        tb: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        static AEXIT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = slf.py();
+        AEXIT.import(py, "exitpool._lease", "_aexit")?.call1((slf, exc_type, exc, tb))
+    }
+
+    /// One non-waiting attempt for the async path: True when acquired, False while full;
+    /// raises for refusals that waiting cannot fix.
+    fn _try_enter(&self, py: Python<'_>) -> PyResult<bool> {
+        if self.state.lock().id.is_some() {
+            return Ok(true);
+        }
+        match self.attempt(py, Duration::ZERO) {
+            Ok(grant) => {
+                self.started(grant);
+                Ok(true)
+            }
+            Err(Refusal::Full) => Ok(false),
+            Err(r) => Err(refusal_to_py(py, r, &self.what, Some(0.0))),
+        }
+    }
+
+    fn _full_message(&self, timeout: Option<f64>) -> String {
+        full_message(&self.what, timeout)
+    }
+
+    /// Records the outcome of the request made through this lease; it is applied when the
+    /// lease ends and wins over any exception. An invalid report raises and records nothing.
+    #[pyo3(signature = (*, status=None, latency=None, captcha=false, error=None, retry_after=None))]
+    fn report(
+        &self,
+        py: Python<'_>,
+        status: Option<&Bound<'_, PyAny>>,
+        latency: Option<f64>,
+        captcha: bool,
+        error: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<f64>,
+    ) -> PyResult<()> {
+        self.record(py, status, latency, captcha, error, retry_after)
+    }
+
+    #[getter]
+    fn exit_id(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.exit_or_err(py)?.id.clone())
+    }
+
+    #[getter]
+    fn exit(&self, py: Python<'_>) -> PyResult<PyExit> {
+        Ok(PyExit { inner: self.exit_or_err(py)? })
+    }
+
+    /// The proxy URL (credentials included) for aiohttp's and httpx's `proxy=`.
+    #[getter]
+    fn proxy(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.exit_or_err(py)?.proxy.as_str().to_owned())
+    }
+
+    /// `{"http": url, "https": url}` for requests' `proxies=`.
+    #[getter]
+    fn proxies<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let exit = self.exit_or_err(py)?;
+        let d = PyDict::new(py);
+        d.set_item("http", exit.proxy.as_str())?;
+        d.set_item("https", exit.proxy.as_str())?;
+        Ok(d)
+    }
+
+    #[getter]
+    fn key(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.key.as_ref().map(|k| k.clone_ref(py))
+    }
+
+    #[getter]
+    fn site(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.site.as_ref().map(|s| s.clone_ref(py))
+    }
+
+    /// How the exit was chosen: 'session', 'ring', 'ring_bounded' or the keyless strategy.
+    #[getter]
+    fn strategy(&self) -> Option<&'static str> {
+        let st = self.state.lock();
+        st.id.map(|_| st.choice)
+    }
+
+    /// Whether the lease is live: acquired and not yet released (expiry is not seen here).
+    #[getter]
+    fn active(&self) -> bool {
+        let st = self.state.lock();
+        st.id.is_some() && !st.done
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let st = self.state.lock();
+        let key = match &self.key {
+            Some(k) => k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default(),
+            None => "None".into(),
+        };
+        let state = if st.done {
+            "released"
+        } else if st.id.is_some() {
+            "active"
+        } else {
+            "not acquired"
+        };
+        match &st.exit {
+            Some(e) => format!("<Lease key={key} exit='{}' via {} ({state})>", e.id, e.proxy.masked()),
+            None => format!("<Lease key={key} ({state})>"),
+        }
+    }
+}
