@@ -1,0 +1,246 @@
+"""Type stubs and documentation for exitpool's native core."""
+
+from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, TypedDict, Union
+
+__version__: str
+DEFAULT_REPLICAS: int
+
+Strategy = Literal["round_robin", "weighted", "least_conn", "lru", "p2c"]
+
+class Exit:
+    """One way out to the internet.
+
+    ``exit_id`` is the stable identity the ring hashes (a sticky-session token or a static IP,
+    never a volatile label). ``proxy`` is the URL to connect through (``http``, ``https``,
+    ``socks5``, ``socks5h``); credentials may hold ``@ / : #`` raw or percent-encoded. ``ip`` is
+    the public address the exit is believed to present; ``capacity`` is how many identities it
+    is safe for, and its weight on the ring. ``repr`` and ``str`` mask the password as httpx
+    does (``http://user:[secure]@host:port``).
+    """
+
+    def __init__(
+        self,
+        exit_id: str,
+        proxy: str,
+        *,
+        ip: Optional[str] = None,
+        capacity: int = 1,
+        tags: Optional[Mapping[str, str]] = None,
+    ) -> None: ...
+    @property
+    def exit_id(self) -> str: ...
+    @property
+    def proxy(self) -> str:
+        """The URL with credentials, for aiohttp's and httpx's ``proxy=``. Never log it."""
+    @property
+    def proxies(self) -> Dict[str, str]:
+        """``{"http": proxy, "https": proxy}`` for requests."""
+    @property
+    def masked_proxy(self) -> str:
+        """The URL with the password replaced by ``[secure]``."""
+    @property
+    def ip(self) -> Optional[str]: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def tags(self) -> Dict[str, str]: ...
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def username(self) -> Optional[str]: ...
+    @property
+    def password(self) -> Optional[str]: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class Ring:
+    """The consistent-hash ring: ``assign(key)`` gives the exit that owns ``key``.
+
+    Exit ``e`` owns the positions of ``"{salt}:{exit_id}:{v}"`` for
+    ``v in range(max(1, capacity) * replicas)``; a position is the first 8 bytes of the
+    string's sha256, big-endian; a key goes to the first position strictly after its own,
+    wrapping. ``replicas=1`` is bit for bit the reference ring of the article this design
+    comes from. Adding or removing an exit moves only the keys of its own arcs.
+    """
+
+    def __init__(self, exits: Optional[Iterable[Exit]] = None, *, replicas: int = ..., salt: str = "vnode") -> None: ...
+    def assign(self, key: str) -> Exit:
+        """The exit that owns ``key``; raises :class:`NoExitAvailable` on an empty ring."""
+    def assign_many(self, keys: Iterable[str]) -> List[Exit]:
+        """The owners of many keys in one call, in order."""
+    def add(self, exit: Exit) -> None: ...
+    def remove(self, exit_id: str) -> Exit: ...
+    def moved(self, other: "Ring", keys: Iterable[str]) -> List[str]:
+        """The keys, of those given, whose exit differs between this ring and ``other``."""
+    @property
+    def exits(self) -> List[Exit]: ...
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def salt(self) -> str: ...
+    @property
+    def points(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, item: Union[str, Exit]) -> bool: ...
+
+class ManualClock:
+    """A clock that moves only when advanced: give it to ``Pool(clock=...)`` to test TTLs,
+    cooldowns and warm-up without sleeping."""
+
+    def __init__(self, start: float = 0.0) -> None: ...
+    def advance(self, seconds: float) -> float:
+        """Move time forward; returns the new time. Negative or non-finite steps raise."""
+    def now(self) -> float: ...
+
+class Lease:
+    """One lease of one exit, from ``pool.lease(...)`` (a sync and async context manager,
+    acquired on entering the block) or ``pool.acquire(...)``."""
+
+    @property
+    def exit_id(self) -> str: ...
+    @property
+    def exit(self) -> Exit: ...
+    @property
+    def proxy(self) -> str:
+        """The proxy URL, credentials included, for aiohttp and httpx."""
+    @property
+    def proxies(self) -> Dict[str, str]:
+        """``{"http": url, "https": url}`` for requests."""
+    @property
+    def key(self) -> Optional[str]: ...
+    @property
+    def site(self) -> Optional[str]: ...
+    @property
+    def strategy(self) -> Optional[str]:
+        """How the exit was chosen: ``"session"``, ``"ring"``, ``"ring_bounded"`` or the
+        keyless strategy's name."""
+    @property
+    def active(self) -> bool: ...
+    def report(
+        self,
+        *,
+        status: Optional[int] = None,
+        latency: Optional[float] = None,
+        captcha: bool = False,
+        error: Union[None, str, BaseException] = None,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        """Record the request's outcome; applied when the lease ends, winning over any
+        exception. ``error`` is an exception or ``"timeout"``, ``"connect"``, ``"proxy"``,
+        ``"other"``. Invalid values raise :class:`InvalidInput` and record nothing."""
+    def __enter__(self) -> "Lease": ...
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+    async def __aenter__(self) -> "Lease": ...
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+
+class OutcomeCounts(TypedDict):
+    success: int
+    captcha: int
+    block: int
+    rate_limited: int
+    target_error: int
+    timeout: int
+    connect: int
+    other: int
+
+class ExitSnapshot(TypedDict):
+    exit_id: str
+    proxy: str
+    ip: Optional[str]
+    capacity: int
+    tags: Dict[str, str]
+    benched: bool
+    active_leases: int
+    sessions: int
+    leases: int
+    outcomes: OutcomeCounts
+
+class Counts(TypedDict):
+    acquired: int
+    released: int
+    expired: int
+    ignored_releases: int
+    waits: int
+    outcomes: OutcomeCounts
+
+class Snapshot(TypedDict):
+    time: float
+    exits: List[ExitSnapshot]
+    sessions: int
+    live_leases: int
+    counts: Counts
+
+class Pool:
+    """A thread-safe pool of exits: ``with pool.lease("account-3f9") as exit:``.
+
+    Keyed leases stick to one exit per key for ``session_ttl`` seconds (extended by every
+    lease); keyless ones are spread by ``strategy``. ``max_leases`` caps concurrent leases per
+    exit; a lease not released within ``lease_ttl`` expires. ``balance_factor`` (e.g. 1.25)
+    turns on bounded loads for new sessions; ``warmup`` (True, a ramp in seconds, or a dict
+    of ``ramp``, ``initial_interval``, ``horizon``) spaces out a new key/exit pairing's first
+    leases. ``clock`` replaces time for tests; ``seed`` makes ``p2c`` reproducible;
+    ``cooldown`` is the ``lru`` per-site cooldown.
+    """
+
+    def __init__(
+        self,
+        exits: Iterable[Exit],
+        *,
+        strategy: Strategy = "weighted",
+        replicas: int = ...,
+        session_ttl: float = 900.0,
+        lease_ttl: float = 120.0,
+        max_leases: Optional[int] = None,
+        balance_factor: Optional[float] = None,
+        warmup: Union[None, bool, float, Mapping[str, float]] = None,
+        clock: Optional[ManualClock] = None,
+        seed: Optional[int] = None,
+        cooldown: float = 8.0,
+    ) -> None: ...
+    def lease(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+        """A context manager (``with`` or ``async with``) leasing an exit for ``key``.
+
+        Waits up to ``timeout`` seconds (``None``: as long as it takes) while every exit that
+        could serve is at ``max_leases``, then raises :class:`NoExitAvailable`. Sync leases
+        raise :class:`WarmingUp` and :class:`Cooling` at once; async leases wait them out when
+        the wait fits the timeout. A session whose exit is gone raises :class:`SessionExitLost`.
+        """
+    def acquire(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+        """Lease now, without ``with``; end it with :meth:`release`."""
+    def release(
+        self,
+        lease: Lease,
+        *,
+        status: Optional[int] = None,
+        latency: Optional[float] = None,
+        captcha: bool = False,
+        error: Union[None, str, BaseException] = None,
+        retry_after: Optional[float] = None,
+    ) -> bool:
+        """End a lease; False if it had already ended (expired or released twice)."""
+    def assign(self, key: str) -> Exit:
+        """Where ``key`` lives now: its live session's exit, else its ring exit."""
+    def bench(self, exit_id: str) -> List[str]:
+        """Stop new sessions on an exit; returns the keys of live sessions, which move when
+        they end."""
+    def unbench(self, exit_id: str) -> None: ...
+    def end_session(self, key: str) -> bool: ...
+    def set_capacity(self, exit_id: str, capacity: int) -> None: ...
+    def add(self, exit: Exit) -> None: ...
+    def remove(self, exit_id: str) -> Exit: ...
+    def subset(self, **tags: str) -> "Pool":
+        """A view over the exits whose tags match, sharing all state with this pool."""
+    def exit(self, exit_id: str) -> Exit: ...
+    @property
+    def exits(self) -> List[Exit]: ...
+    def now(self) -> float: ...
+    def snapshot(self) -> Snapshot: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, item: Union[str, Exit]) -> bool: ...
+
+def _parse_exits(lines: List[str]) -> List[Exit]: ...
+def _position(s: str) -> int: ...

@@ -1,0 +1,258 @@
+//! The core pool's rules, driven with a manual clock: no sleeping, no Python.
+
+use exitpool::pool::{Choice, Config, Pool, Refusal};
+use exitpool::{Exit, ManualClock, Report, Strategy};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn exit(id: &str, capacity: i64, tags: &[(&str, &str)]) -> Exit {
+    let tags = tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Exit::new(id, &format!("http://user:pw@{id}.example:8000"), None, capacity, tags).unwrap()
+}
+
+fn pool(n: usize, cfg: Config) -> (Pool, ManualClock) {
+    let clock = ManualClock::new(0.0);
+    let exits = (0..n).map(|i| exit(&format!("e{i}"), 1, &[])).collect();
+    (Pool::new(exits, cfg, Arc::new(clock.clone())).unwrap(), clock)
+}
+
+fn cfg() -> Config {
+    Config { seed: Some(1), ..Config::default() }
+}
+
+#[test]
+fn a_session_sticks_until_its_ttl_then_rebinds_from_the_ring() {
+    let (p, clock) = pool(10, Config { session_ttl: 100.0, ..cfg() });
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!(g.choice, Choice::Ring);
+    let first = g.exit.id.clone();
+    p.release(g.id, &Report::SUCCESS);
+    // Benching everything else, adding exits: a live session never moves.
+    for i in 10..20 {
+        p.add(exit(&format!("e{i}"), 1, &[])).unwrap();
+    }
+    clock.advance(99.0).unwrap();
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!((g.exit.id.as_str(), g.choice), (first.as_str(), Choice::Session));
+    p.release(g.id, &Report::SUCCESS);
+    // Each lease extended the session: 99 s after the last lease it is still alive.
+    clock.advance(99.0).unwrap();
+    assert_eq!(p.try_acquire(0, Some("acct"), None).unwrap().choice, Choice::Session);
+    clock.advance(100.0).unwrap();
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!(g.choice, Choice::Ring);
+    assert_eq!(g.exit.id, p.assign(0, "acct").unwrap().id);
+}
+
+#[test]
+fn max_leases_holds_and_expiry_frees_a_slot_once() {
+    let (p, clock) = pool(1, Config { max_leases: Some(2), lease_ttl: 10.0, ..cfg() });
+    let a = p.try_acquire(0, None, None).unwrap();
+    let b = p.try_acquire(0, Some("k"), None).unwrap();
+    assert_eq!(p.try_acquire(0, None, None).unwrap_err(), Refusal::Full);
+    clock.advance(9.999).unwrap();
+    assert_eq!(p.try_acquire(0, None, None).unwrap_err(), Refusal::Full);
+    clock.advance(0.001).unwrap();
+    let c = p.try_acquire(0, None, None).unwrap();
+    let d = p.try_acquire(0, None, None).unwrap();
+    // The expired leases' late releases change nothing: the new ones keep their slots.
+    assert!(!p.release(a.id, &Report::SUCCESS));
+    assert!(!p.release(b.id, &Report::SUCCESS));
+    assert_eq!(p.try_acquire(0, None, None).unwrap_err(), Refusal::Full);
+    assert!(p.release(c.id, &Report::SUCCESS));
+    assert!(!p.release(c.id, &Report::SUCCESS));
+    let counts = p.snapshot().counts;
+    assert_eq!((counts.acquired, counts.released, counts.expired, counts.ignored_releases), (4, 1, 2, 3));
+    assert_eq!(counts.acquired, counts.released + counts.expired + p.snapshot().live_leases as u64);
+    p.release(d.id, &Report::SUCCESS);
+}
+
+#[test]
+fn a_waiting_acquire_gets_the_slot_a_release_frees() {
+    let (p, _clock) = pool(1, Config { max_leases: Some(1), ..cfg() });
+    let p = Arc::new(p);
+    let held = p.try_acquire(0, None, None).unwrap();
+    let waiter = {
+        let p = p.clone();
+        std::thread::spawn(move || p.acquire(0, Some("k"), None, Duration::from_secs(10)))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    p.release(held.id, &Report::SUCCESS);
+    let got = waiter.join().unwrap().unwrap();
+    assert!(got.waited > 0.0);
+    assert_eq!(p.snapshot().counts.waits, 1);
+    assert_eq!(p.acquire(0, None, None, Duration::from_millis(20)).unwrap_err(), Refusal::Full);
+}
+
+#[test]
+fn bench_drains_and_remove_loses_the_session_loudly() {
+    let (p, _clock) = pool(5, cfg());
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    let home = g.exit.id.clone();
+    p.release(g.id, &Report::SUCCESS);
+    assert_eq!(p.bench(&home).unwrap(), vec!["acct".to_string()]);
+    // Benched: the live session keeps its exit, new keys go elsewhere.
+    assert_eq!(p.try_acquire(0, Some("acct"), None).unwrap().exit.id, home);
+    for i in 0..200 {
+        assert_ne!(p.try_acquire(0, Some(&format!("new-{i}")), None).unwrap().exit.id, home);
+    }
+    p.unbench(&home).unwrap();
+    p.remove(&home).unwrap();
+    match p.try_acquire(0, Some("acct"), None) {
+        Err(Refusal::SessionExitLost { key, exit_id, .. }) => assert_eq!((key.as_str(), exit_id.as_str()), ("acct", home.as_str())),
+        other => panic!("expected SessionExitLost, got {other:?}"),
+    }
+    assert!(p.end_session("acct"));
+    assert_ne!(p.try_acquire(0, Some("acct"), None).unwrap().exit.id, home);
+}
+
+#[test]
+fn set_capacity_moves_only_that_exits_arcs() {
+    let (p, _clock) = pool(20, cfg());
+    let keys: Vec<String> = (0..5000).map(|i| format!("k{i}")).collect();
+    let before: Vec<String> = keys.iter().map(|k| p.assign(0, k).unwrap().id.clone()).collect();
+    p.set_capacity("e3", 4).unwrap();
+    for (k, b) in keys.iter().zip(&before) {
+        let a = p.assign(0, k).unwrap().id.clone();
+        assert!(a == *b || a == "e3", "{k} moved {b} -> {a}");
+    }
+}
+
+#[test]
+fn smooth_weighted_round_robin_order() {
+    let clock = ManualClock::new(0.0);
+    let exits = vec![exit("a", 5, &[]), exit("b", 1, &[]), exit("c", 1, &[])];
+    let p = Pool::new(exits, cfg(), Arc::new(clock)).unwrap();
+    let order: String = (0..7)
+        .map(|_| {
+            let g = p.try_acquire(0, None, None).unwrap();
+            p.release(g.id, &Report::SUCCESS);
+            g.exit.id.clone()
+        })
+        .collect();
+    assert_eq!(order, "aabacaa");
+}
+
+#[test]
+fn lru_cools_per_site() {
+    let (p, clock) = pool(2, Config { strategy: Strategy::Lru, cooldown: 8.0, ..cfg() });
+    p.try_acquire(0, None, Some("a.example")).unwrap();
+    p.try_acquire(0, None, Some("a.example")).unwrap();
+    assert_eq!(p.try_acquire(0, None, Some("a.example")).unwrap_err(), Refusal::Cooling(8.0));
+    // Another site is not cooling.
+    p.try_acquire(0, None, Some("b.example")).unwrap();
+    clock.advance(8.0).unwrap();
+    p.try_acquire(0, None, Some("a.example")).unwrap();
+}
+
+#[test]
+fn subsets_lease_only_their_exits_and_share_state() {
+    let clock = ManualClock::new(0.0);
+    let exits = vec![exit("de1", 1, &[("country", "DE")]), exit("de2", 1, &[("country", "DE")]), exit("us1", 1, &[("country", "US")])];
+    let p = Pool::new(exits, Config { max_leases: Some(1), ..cfg() }, Arc::new(clock)).unwrap();
+    let de = p.subset(vec![("country".into(), "DE".into())]).unwrap();
+    assert_eq!(p.subset(vec![("country".into(), "DE".into())]).unwrap(), de, "one view per filter");
+    let a = p.try_acquire(de, None, None).unwrap();
+    let b = p.try_acquire(de, None, None).unwrap();
+    assert!(a.exit.id.starts_with("de") && b.exit.id.starts_with("de"));
+    assert_eq!(p.try_acquire(de, None, None).unwrap_err(), Refusal::Full);
+    // The whole pool sees the same slots taken.
+    let us = p.try_acquire(0, None, None).unwrap();
+    assert_eq!(us.exit.id, "us1");
+    // A key bound through the whole pool to a US exit is not silently moved by the subset.
+    p.release(us.id, &Report::SUCCESS);
+    let mut us_key = None;
+    for i in 0..100 {
+        let k = format!("k{i}");
+        if p.assign(0, &k).unwrap().id == "us1" {
+            us_key = Some(k);
+            break;
+        }
+    }
+    let k = us_key.unwrap();
+    let g = p.try_acquire(0, Some(&k), None).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+    assert!(matches!(p.try_acquire(de, Some(&k), None), Err(Refusal::SessionExitLost { .. })));
+}
+
+#[test]
+fn bounded_loads_cap_sessions_per_exit() {
+    let (p, _clock) = pool(10, Config { balance_factor: Some(1.25), ..cfg() });
+    let n = 2000;
+    for i in 0..n {
+        let g = p.try_acquire(0, Some(&format!("acct-{i}")), None).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+    }
+    let bound = (1.25 * n as f64 / 10.0).ceil() as u32;
+    let snap = p.snapshot();
+    assert_eq!(snap.sessions, n);
+    for e in &snap.exits {
+        assert!(e.sessions <= bound, "{} carries {} > {bound}", e.exit.id, e.sessions);
+    }
+}
+
+#[test]
+fn warm_up_spaces_a_new_pairing() {
+    let (p, clock) = pool(3, Config { warmup: Some(Default::default()), ..cfg() });
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+    match p.try_acquire(0, Some("acct"), None) {
+        Err(Refusal::WarmingUp { retry_after, .. }) => assert!((retry_after - 60.0).abs() < 1e-9),
+        other => panic!("expected WarmingUp, got {other:?}"),
+    }
+    clock.advance(60.0).unwrap();
+    p.try_acquire(0, Some("acct"), None).unwrap();
+    // Keyless leases never warm up.
+    p.try_acquire(0, None, None).unwrap();
+    p.try_acquire(0, None, None).unwrap();
+}
+
+#[test]
+fn bad_config_is_refused_with_the_value() {
+    let clock = Arc::new(ManualClock::new(0.0));
+    let bad = |cfg: Config| Pool::new(vec![exit("a", 1, &[])], cfg, clock.clone()).err().unwrap().to_string();
+    assert_eq!(bad(Config { session_ttl: -1.0, ..cfg() }), "session_ttl -1 must be a finite number of seconds > 0");
+    assert_eq!(bad(Config { lease_ttl: f64::NAN, ..cfg() }), "lease_ttl NaN must be a finite number of seconds > 0");
+    assert!(bad(Config { balance_factor: Some(1.0), ..cfg() }).starts_with("balance_factor 1 must be"));
+    assert!(bad(Config { max_leases: Some(0), ..cfg() }).starts_with("max_leases 0"));
+    assert_eq!(Pool::new(vec![], cfg(), clock.clone()).err().unwrap().to_string(), "a pool needs at least one exit");
+    assert_eq!(Pool::new(vec![exit("a", 1, &[]), exit("a", 1, &[])], cfg(), clock).err().unwrap().to_string(), "duplicate exit id \"a\"");
+}
+
+#[test]
+fn threads_never_exceed_max_leases_and_counts_balance() {
+    let (p, _clock) = pool(4, Config { max_leases: Some(2), ..cfg() });
+    let p = Arc::new(p);
+    let inside: Arc<Vec<AtomicU32>> = Arc::new((0..4).map(|_| AtomicU32::new(0)).collect());
+    let worst = Arc::new(AtomicU32::new(0));
+    let handles: Vec<_> = (0..16)
+        .map(|t| {
+            let (p, inside, worst) = (p.clone(), inside.clone(), worst.clone());
+            std::thread::spawn(move || {
+                let mut seen: HashMap<String, String> = HashMap::new();
+                for i in 0..2000 {
+                    let key = (t % 2 == 0).then(|| format!("acct-{}", (t * 7 + i) % 40));
+                    let g = p.acquire(0, key.as_deref(), None, Duration::from_secs(10)).unwrap();
+                    let slot: usize = g.exit.id[1..].parse().unwrap();
+                    let now = inside[slot].fetch_add(1, Ordering::SeqCst) + 1;
+                    worst.fetch_max(now, Ordering::SeqCst);
+                    if let Some(k) = key {
+                        let prev = seen.entry(k).or_insert_with(|| g.exit.id.clone());
+                        assert_eq!(*prev, g.exit.id, "a live session moved");
+                    }
+                    inside[slot].fetch_sub(1, Ordering::SeqCst);
+                    p.release(g.id, &Report::SUCCESS);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(worst.load(Ordering::SeqCst) <= 2);
+    let snap = p.snapshot();
+    assert_eq!(snap.counts.acquired, 32_000);
+    assert_eq!(snap.counts.acquired, snap.counts.released + snap.counts.expired + snap.live_leases as u64);
+}
