@@ -130,10 +130,12 @@ impl ProxyUrl {
         // The host and port go through the URL parser proper: IDNA, IPv6 brackets, port range.
         let parsed = url::Url::parse(&format!("http://{hostpart}")).map_err(|e| format!("{e}"))?;
         let host = parsed.host_str().filter(|h| !h.is_empty()).ok_or("no host")?.to_owned();
-        let port = match parsed.port() {
+        // The http parser forgets a port equal to http's default (`:80`, `:080`); a scheme with
+        // no default keeps whatever was written.
+        let written = url::Url::parse(&format!("x-exitpool://{hostpart}")).ok().and_then(|u| u.port());
+        let port = match written.or(parsed.port()) {
+            Some(0) => return Err("port 0 cannot be connected to".into()),
             Some(p) => p,
-            // The parser drops an explicit :80, so ask whether one was written at all.
-            None if hostpart.ends_with(":80") => 80,
             None => scheme.default_port().ok_or_else(|| format!("{} proxy needs a port", scheme.as_str()))?,
         };
         let enc = |s: &str| utf8_percent_encode(s, USERINFO).to_string();
@@ -221,6 +223,12 @@ pub fn mask_raw(raw: &str) -> String {
         if parts.len() == 4 {
             return format!("{}:{}:{}:{MASK}", parts[0], parts[1], parts[2]);
         }
+    } else if let Some((user, tail)) = rest.split_once(':') {
+        // `scheme://user:pass` without a host: what follows the colon is no port, so hide it.
+        let port = tail.trim_end_matches('/');
+        if !port.bytes().all(|b| b.is_ascii_digit()) {
+            return format!("{prefix}{user}:{MASK}");
+        }
     }
     raw.to_owned()
 }
@@ -254,6 +262,10 @@ mod tests {
     fn schemes_ports_and_errors() {
         assert_eq!(ProxyUrl::parse("http://h").unwrap().port(), 80);
         assert_eq!(ProxyUrl::parse("http://h:80").unwrap().port(), 80);
+        assert_eq!(ProxyUrl::parse("https://h:080").unwrap().port(), 80);
+        assert_eq!(ProxyUrl::parse("socks5://h:080").unwrap().port(), 80);
+        assert_eq!(ProxyUrl::parse("https://h").unwrap().port(), 443);
+        assert!(ProxyUrl::parse("http://h:0").is_err());
         assert_eq!(ProxyUrl::parse("SOCKS5H://h:1080").unwrap().scheme(), Scheme::Socks5h);
         assert_eq!(ProxyUrl::parse("http://[::1]:3128").unwrap().host(), "[::1]");
         let e = ProxyUrl::parse("socks5://u:secret@h").unwrap_err().to_string();
@@ -272,5 +284,7 @@ mod tests {
         assert_eq!(mask_raw("u:pw@h:1"), "u:[secure]@h:1");
         assert_eq!(mask_raw("h:1:u:p:w"), "h:1:u:[secure]");
         assert_eq!(mask_raw("h:1"), "h:1");
+        assert_eq!(mask_raw("http://user:pass"), "http://user:[secure]");
+        assert_eq!(mask_raw("http://h:8000/"), "http://h:8000/");
     }
 }

@@ -21,6 +21,8 @@ pub fn parse(lines: &[&str]) -> Result<Vec<Exit>> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (n, line) in lines.iter().enumerate() {
         let lineno = n + 1;
+        // Editors on Windows start UTF-8 files with a byte-order mark; it is no part of an id.
+        let line = if n == 0 { line.strip_prefix('\u{feff}').unwrap_or(line) } else { line };
         let Some(exit) = parse_line(line).map_err(|e| at_line(lineno, e))? else { continue };
         if let Some(first) = seen.insert(exit.id.clone(), lineno) {
             return Err(Error::BadProxy(format!(

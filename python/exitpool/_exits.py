@@ -23,7 +23,7 @@ def load_exits(path_or_lines: Union[str, "os.PathLike[str]", Iterable[str]]) -> 
     if isinstance(path_or_lines, (str, os.PathLike)):
         path = os.fspath(path_or_lines)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:
                 lines = f.read().splitlines()
         except UnicodeDecodeError as e:
             raise InvalidInput(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None

@@ -77,23 +77,17 @@ impl PyRing {
 
     /// The owners of many keys in one call, in the keys' order.
     fn assign_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        // No Python code may run while the lock is held (a generator could touch this ring),
+        // so a lazy iterable is drawn into a list first.
+        let keys = as_list(keys)?;
         let state = self.state.read();
         if state.ring.is_empty() {
             return Err(empty(py));
         }
         let out = PyList::empty(py);
-        let each = |key: &Bound<'py, PyAny>| -> PyResult<()> {
-            let handle = with_key(key, "key", |k| state.ring.assign(k))?.ok_or_else(|| empty(py))?;
-            out.append(state.exit(handle).bind(py))
-        };
-        if let Ok(list) = keys.cast::<PyList>() {
-            for key in list.iter() {
-                each(&key)?;
-            }
-        } else {
-            for key in keys.try_iter()? {
-                each(&key?)?;
-            }
+        for key in keys.iter() {
+            let handle = with_key(&key, "key", |k| state.ring.assign(k))?.ok_or_else(|| empty(py))?;
+            out.append(state.exit(handle).bind(py))?;
         }
         Ok(out)
     }
@@ -128,14 +122,14 @@ impl PyRing {
 
     /// The keys (of those given) whose exit differs between this ring and `other`.
     fn moved<'py>(&self, py: Python<'py>, other: &Bound<'py, PyRing>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let keys = as_list(keys)?;
         let before = self.state.read();
         let other = other.get();
         let same = std::ptr::eq(self, other);
         let after_guard = if same { None } else { Some(other.state.read()) };
         let after = after_guard.as_deref().unwrap_or(&*before);
         let out = PyList::empty(py);
-        for key in keys.try_iter()? {
-            let key = key?;
+        for key in keys.iter() {
             let (a, b) = with_key(&key, "key", |k| (before.ring.assign(k), after.ring.assign(k)))?;
             let id_of = |s: &State, h: Option<u32>| h.map(|h| s.exit(h).get().inner.id.clone());
             if id_of(&before, a) != id_of(after, b) {
@@ -190,6 +184,14 @@ impl PyRing {
     fn __repr__(&self) -> String {
         let state = self.state.read();
         format!("Ring({} exits, {} points, replicas={})", state.ring.len(), state.ring.point_count(), state.ring.replicas())
+    }
+}
+
+/// The keys as a list, drawing a lazy iterable out before any lock is taken.
+fn as_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    match keys.cast::<PyList>() {
+        Ok(list) => Ok(list.clone()),
+        Err(_) => PyList::new(keys.py(), keys.try_iter()?.collect::<PyResult<Vec<_>>>()?),
     }
 }
 
