@@ -299,18 +299,36 @@ impl Pool {
     pub fn try_acquire(&self, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
         let now = self.clock.now();
         let mut st = self.state.lock();
-        let freed = st.expire(now);
+        let wake = st.expire(now) && st.waiters > 0;
         let r = st.attempt(view, key, site, now);
         drop(st);
-        if freed {
+        if wake {
             self.freed.notify_all();
         }
         r
     }
 
     /// Attempts until granted, refused for a reason waiting cannot fix, or `timeout` passes
-    /// while every candidate is full. The caller releases the GIL around this.
+    /// while every candidate is full. A grant that had to wait is counted as a wait.
     pub fn acquire(&self, view: u32, key: Option<&str>, site: Option<&str>, timeout: Duration) -> std::result::Result<Grant, Refusal> {
+        let r = self.acquire_within(view, key, site, timeout);
+        if let Ok(g) = &r {
+            if g.waited > 0.0 {
+                self.record_wait(g.waited);
+            }
+        }
+        r
+    }
+
+    /// Counts one lease that had to wait `seconds` for its slot. For callers that wait in
+    /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
+    pub fn record_wait(&self, seconds: f64) {
+        let _ = seconds;
+        self.state.lock().counts.waits += 1;
+    }
+
+    /// One bounded wait, counting nothing: `Grant::waited` is 0 when no wait was needed.
+    pub fn acquire_within(&self, view: u32, key: Option<&str>, site: Option<&str>, timeout: Duration) -> std::result::Result<Grant, Refusal> {
         let started = Instant::now();
         // `None` from Python arrives as a huge timeout; a deadline past the clock's range is "never".
         let deadline = started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 86_400));
@@ -318,7 +336,7 @@ impl Pool {
         let mut waited = false;
         loop {
             let now = self.clock.now();
-            if st.expire(now) {
+            if st.expire(now) && st.waiters > 0 {
                 self.freed.notify_all();
             }
             match st.attempt(view, key, site, now) {
@@ -331,10 +349,7 @@ impl Pool {
                     st.waiters -= 1;
                 }
                 Ok(mut grant) => {
-                    grant.waited = started.elapsed().as_secs_f64();
-                    if waited {
-                        st.counts.waits += 1;
-                    }
+                    grant.waited = if waited { started.elapsed().as_secs_f64() } else { 0.0 };
                     return Ok(grant);
                 }
                 other => return other,
@@ -345,22 +360,30 @@ impl Pool {
     /// Ends a lease with its outcome. `false` if it had already ended (expired, or released
     /// twice): such a release changes nothing.
     pub fn release(&self, id: LeaseId, report: &Report) -> bool {
+        let now = self.clock.now();
         let mut st = self.state.lock();
-        let Some(rec) = st.leases.take(id) else {
-            st.counts.ignored_releases += 1;
-            return false;
+        // A lease whose time ran out has expired, whether or not anyone looked since.
+        let expired = st.expire(now);
+        let released = match st.leases.take(id) {
+            None => {
+                st.counts.ignored_releases += 1;
+                false
+            }
+            Some(rec) => {
+                let slot = &mut st.exits[rec.exit as usize];
+                slot.active -= 1;
+                slot.outcomes[report.outcome as usize] += 1;
+                st.counts.released += 1;
+                st.counts.outcomes[report.outcome as usize] += 1;
+                true
+            }
         };
-        let slot = &mut st.exits[rec.exit as usize];
-        slot.active -= 1;
-        slot.outcomes[report.outcome as usize] += 1;
-        st.counts.released += 1;
-        st.counts.outcomes[report.outcome as usize] += 1;
-        let wake = st.waiters > 0;
+        let wake = (expired || released) && st.waiters > 0;
         drop(st);
         if wake {
             self.freed.notify_all();
         }
-        true
+        released
     }
 
     /// Where a key lives now: its live session's exit, else its ring exit. Leases nothing.
@@ -471,7 +494,7 @@ impl Pool {
     pub fn snapshot(&self) -> Snapshot {
         let now = self.clock.now();
         let mut st = self.state.lock();
-        if st.expire(now) {
+        if st.expire(now) && st.waiters > 0 {
             self.freed.notify_all();
         }
         let st = &*st;

@@ -172,6 +172,9 @@ impl PyPool {
         retry_after: Option<f64>,
     ) -> PyResult<bool> {
         let lease = lease.get();
+        if !Arc::ptr_eq(&lease.core, &self.core) {
+            return Err(invalid_input(py, "this lease belongs to another pool"));
+        }
         if status.is_some() || latency.is_some() || captcha || error.is_some() || retry_after.is_some() {
             lease.record(py, status, latency, captcha, error, retry_after)?;
         }
@@ -352,10 +355,7 @@ pub struct PyLease {
 
 /// `None` means "as long as it takes"; a slot always frees within `lease_ttl` anyway.
 fn wait_budget(timeout: Option<f64>) -> Duration {
-    match timeout {
-        None => Duration::MAX,
-        Some(t) => Duration::from_secs_f64(t),
-    }
+    timeout.and_then(|t| Duration::try_from_secs_f64(t).ok()).unwrap_or(Duration::MAX)
 }
 
 /// How long one GIL-free wait lasts before Python gets a chance to see Ctrl-C.
@@ -367,7 +367,7 @@ impl PyLease {
             if wait.is_zero() {
                 self.core.try_acquire(self.view, k, s)
             } else {
-                py.detach(|| self.core.acquire(self.view, k, s, wait))
+                py.detach(|| self.core.acquire_within(self.view, k, s, wait))
             }
         };
         // Both strings are immutable and held by this lease for the whole call.
@@ -404,6 +404,7 @@ impl PyLease {
         let budget = wait_budget(self.timeout);
         let started = Instant::now();
         let mut result = self.attempt(py, Duration::ZERO);
+        let waited = matches!(result, Err(Refusal::Full));
         while matches!(result, Err(Refusal::Full)) {
             let left = budget.saturating_sub(started.elapsed());
             if left.is_zero() {
@@ -416,6 +417,9 @@ impl PyLease {
         }
         match result {
             Ok(grant) => {
+                if waited {
+                    self.core.record_wait(started.elapsed().as_secs_f64());
+                }
                 self.started(grant);
                 Ok(())
             }
