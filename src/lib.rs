@@ -6,6 +6,7 @@ pub mod clock;
 pub mod error;
 pub mod exit;
 pub mod hash;
+pub mod health;
 pub mod lease;
 pub mod outcome;
 pub mod pool;

@@ -1,0 +1,773 @@
+//! Breakers: one per (exit, site) and one per exit for its tunnel.
+//!
+//! The lifecycle is healthy -> degraded -> quarantined -> probing -> healthy, and dead after
+//! repeated failed returns. The shape and the defaults come from Envoy's outlier detection
+//! (5 consecutive failures, 30 s base ejection growing with each ejection, a 10% ejection
+//! cap), resilience4j (a count window judged only after a minimum number of calls, a number of
+//! permitted calls in half-open) and the pool article (success below 70% over a window,
+//! captchas on their own lower threshold, hysteresis, hold times, backoff doubling with jitter
+//! up to a ceiling, forgiveness after stable service).
+//!
+//! A breaker only judges; the pool decides whether a trip may eject (cap, minimum in service,
+//! incidents) and tells the breaker through `may_eject`.
+
+use crate::error::{Error, Result};
+use crate::outcome::Outcome;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum State {
+    Healthy,
+    /// Still serving, at reduced weight.
+    Degraded,
+    /// Half-open: a trickle of trial leases decides the return.
+    Probing,
+    /// Out of service until its backoff ends.
+    Quarantined,
+    /// Out until revived (a probe or `Pool::revive`).
+    Dead,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Healthy => "healthy",
+            State::Degraded => "degraded",
+            State::Probing => "probing",
+            State::Quarantined => "quarantined",
+            State::Dead => "dead",
+        }
+    }
+
+    /// Out of service: counted against the ejection cap.
+    pub fn is_ejected(self) -> bool {
+        matches!(self, State::Quarantined | State::Dead)
+    }
+
+    pub const ALL: [State; 5] = [State::Healthy, State::Degraded, State::Probing, State::Quarantined, State::Dead];
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthConfig {
+    /// Weighted consecutive failures that quarantine (Envoy's consecutive_5xx: 5).
+    pub consecutive: f64,
+    /// Weighted consecutive failures that degrade; also what marks an exit as failing a site
+    /// when incidents are judged.
+    pub degrade_at: f64,
+    /// Weight of a block (403, 407, 451): evidence about the exit itself.
+    pub block_weight: f64,
+    /// Calls in the sliding window (at most 64).
+    pub window: u32,
+    /// Calls the window needs before its rates are judged (resilience4j's minimumNumberOfCalls).
+    pub min_calls: u32,
+    /// Failure rate over the window that quarantines (success below 70%, the pool article).
+    pub failure_rate: f64,
+    /// Captcha rate over the window that quarantines: lower, since captchas speak of reputation.
+    pub captcha_rate: f64,
+    /// Consecutive captchas that quarantine.
+    pub captcha_consecutive: u32,
+    /// Consecutive successes that end degraded service or a half-open trial run; more than it
+    /// takes to enter, which is the hysteresis.
+    pub recover_successes: u32,
+    /// Trial leases a probing exit admits at once.
+    pub half_open_trials: u32,
+    /// First quarantine (Envoy's base_ejection_time: 30 s); doubles with each repeat.
+    pub base_ejection: f64,
+    /// Ceiling of a quarantine (the balancing article's 600 s).
+    pub max_ejection: f64,
+    /// Backoffs are multiplied by a random factor in [1 - jitter, 1 + jitter].
+    pub jitter: f64,
+    /// Least time in healthy or degraded before moving between them.
+    pub min_hold: f64,
+    /// Stable healthy service that forgives one repeat.
+    pub forgive_after: f64,
+    /// Consecutive failed returns that declare an exit dead.
+    pub dead_after: u32,
+    /// Share of the pool that may be ejected at once (Envoy's max_ejection_percent: 10%);
+    /// one exit may always be ejected.
+    pub max_ejected: f64,
+    /// Exits that always stay in service.
+    pub min_in_service: u32,
+    /// Share of exits failing one site at once that makes it a site incident.
+    pub incident_fraction: f64,
+    /// Fewest failing exits that can make an incident.
+    pub incident_min_exits: u32,
+    /// During a site incident, leases for that site are spaced this far apart.
+    pub incident_interval: f64,
+    /// How long a 429 cools an exit for its site when no Retry-After is given.
+    pub rate_limit_cooldown: f64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            consecutive: 5.0,
+            degrade_at: 2.0,
+            block_weight: 3.0,
+            window: 20,
+            min_calls: 10,
+            failure_rate: 0.3,
+            captcha_rate: 0.15,
+            captcha_consecutive: 3,
+            recover_successes: 8,
+            half_open_trials: 3,
+            base_ejection: 30.0,
+            max_ejection: 600.0,
+            jitter: 0.2,
+            min_hold: 10.0,
+            forgive_after: 600.0,
+            dead_after: 5,
+            max_ejected: 0.10,
+            min_in_service: 1,
+            incident_fraction: 0.5,
+            incident_min_exits: 3,
+            incident_interval: 1.0,
+            rate_limit_cooldown: 30.0,
+        }
+    }
+}
+
+impl HealthConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::BadInput(m));
+        let finite_pos = [
+            ("consecutive", self.consecutive),
+            ("degrade_at", self.degrade_at),
+            ("block_weight", self.block_weight),
+            ("base_ejection", self.base_ejection),
+            ("max_ejection", self.max_ejection),
+        ];
+        for (name, v) in finite_pos {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(format!("health {name} {v} must be a finite number > 0"));
+            }
+        }
+        let finite_nonneg = [
+            ("min_hold", self.min_hold),
+            ("forgive_after", self.forgive_after),
+            ("incident_interval", self.incident_interval),
+            ("rate_limit_cooldown", self.rate_limit_cooldown),
+        ];
+        for (name, v) in finite_nonneg {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(format!("health {name} {v} must be a finite number >= 0"));
+            }
+        }
+        for (name, v) in [
+            ("failure_rate", self.failure_rate),
+            ("captcha_rate", self.captcha_rate),
+            ("max_ejected", self.max_ejected),
+            ("incident_fraction", self.incident_fraction),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return bad(format!("health {name} {v} must be in (0, 1]"));
+            }
+        }
+        if !(self.jitter.is_finite() && (0.0..1.0).contains(&self.jitter)) {
+            return bad(format!("health jitter {} must be in [0, 1)", self.jitter));
+        }
+        if self.max_ejection < self.base_ejection {
+            return bad(format!("health max_ejection {} is below base_ejection {}", self.max_ejection, self.base_ejection));
+        }
+        if self.degrade_at > self.consecutive {
+            return bad(format!("health degrade_at {} is above consecutive {}", self.degrade_at, self.consecutive));
+        }
+        if !(1..=64).contains(&self.window) || self.min_calls > self.window {
+            return bad(format!("health window {} must be 1..=64 and min_calls {} at most the window", self.window, self.min_calls));
+        }
+        for (name, v) in [
+            ("captcha_consecutive", self.captcha_consecutive),
+            ("recover_successes", self.recover_successes),
+            ("half_open_trials", self.half_open_trials),
+            ("dead_after", self.dead_after),
+        ] {
+            if v == 0 {
+                return bad(format!("health {name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The quarantine for the `repeat`-th ejection (1-based) before jitter: base * 2^(repeat-1),
+    /// never above the ceiling, whatever the repeat count.
+    pub fn backoff(&self, repeat: u32) -> f64 {
+        let doublings = repeat.saturating_sub(1).min(1023) as i32;
+        (self.base_ejection * 2f64.powi(doublings)).min(self.max_ejection)
+    }
+}
+
+/// What one report says to one breaker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Signal {
+    Success,
+    /// A failure of this weight against the exit.
+    Failure(f64),
+    Captcha,
+    /// Evidence about the site only (5xx): never trips a breaker, but marks the exit as
+    /// failing the site for incident detection.
+    SiteError,
+}
+
+impl Signal {
+    /// The signal a report sends to the (exit, site) breaker.
+    pub fn for_site(outcome: Outcome, cfg: &HealthConfig) -> Option<Signal> {
+        match outcome {
+            Outcome::Success | Outcome::RateLimited => Some(Signal::Success),
+            Outcome::Block => Some(Signal::Failure(cfg.block_weight)),
+            Outcome::Timeout => Some(Signal::Failure(1.0)),
+            Outcome::Captcha => Some(Signal::Captcha),
+            Outcome::TargetError => Some(Signal::SiteError),
+            Outcome::Connect | Outcome::Other => None,
+        }
+    }
+
+    /// The signal a report sends to the exit's tunnel breaker: any answer from the far side
+    /// proves the tunnel works; a refused or broken connection is a tunnel failure.
+    pub fn for_tunnel(outcome: Outcome) -> Option<Signal> {
+        match outcome {
+            Outcome::Connect => Some(Signal::Failure(1.0)),
+            Outcome::Other => None,
+            _ => Some(Signal::Success),
+        }
+    }
+}
+
+/// Why a breaker changed state, with the figures behind it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reason {
+    ConsecutiveFailures(f64),
+    FailureRate(f64),
+    CaptchaRate(f64),
+    ConsecutiveCaptchas(u32),
+    Recovered(u32),
+    BackoffOver(f64),
+    TrialFailed,
+    FailedReturns(u32),
+    /// A trip that the ejection cap, the minimum in service or an incident turned into
+    /// reduced weight.
+    EjectionRefused,
+    Revived,
+}
+
+impl Reason {
+    pub fn describe(&self, cfg: &HealthConfig) -> String {
+        match *self {
+            Reason::ConsecutiveFailures(n) => format!("{n} weighted consecutive failures (threshold {})", cfg.consecutive),
+            Reason::FailureRate(r) => format!("failure rate {:.0}% over the last {} calls (threshold {:.0}%)", r * 100.0, cfg.window, cfg.failure_rate * 100.0),
+            Reason::CaptchaRate(r) => format!("captcha rate {:.0}% over the last {} calls (threshold {:.0}%)", r * 100.0, cfg.window, cfg.captcha_rate * 100.0),
+            Reason::ConsecutiveCaptchas(n) => format!("{n} consecutive captchas"),
+            Reason::Recovered(n) => format!("{n} consecutive successes"),
+            Reason::BackoffOver(s) => format!("quarantine of {s:.1} s is over"),
+            Reason::TrialFailed => "a trial lease failed".to_owned(),
+            Reason::FailedReturns(n) => format!("{n} failed returns in a row"),
+            Reason::EjectionRefused => "ejection refused (cap, minimum in service or incident): reduced weight instead".to_owned(),
+            Reason::Revived => "revived".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transition {
+    pub from: State,
+    pub to: State,
+    pub reason: Reason,
+}
+
+/// Whether the pool lets a trip eject the exit now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ejection {
+    Allowed,
+    /// Over the cap or the minimum in service: down-weight instead.
+    Refused,
+    /// A site incident or a fault of ours: do not judge the exit at all.
+    Suspended,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Breaker {
+    state: State,
+    since: f64,
+    strikes: f64,
+    captchas: u32,
+    successes: u32,
+    /// The last `window` calls as bits, newest in bit 0.
+    fail_bits: u64,
+    captcha_bits: u64,
+    calls: u32,
+    /// Ejections not yet forgiven; sets the next backoff.
+    repeats: u32,
+    until: f64,
+    backoff: f64,
+    trials_out: u32,
+    failed_returns: u32,
+    forgiven_at: f64,
+    /// Lifetime figures for snapshots.
+    pub quarantines: u32,
+    pub quarantined_seconds: f64,
+}
+
+impl Breaker {
+    pub fn new(now: f64) -> Breaker {
+        Breaker {
+            state: State::Healthy,
+            since: now,
+            strikes: 0.0,
+            captchas: 0,
+            successes: 0,
+            fail_bits: 0,
+            captcha_bits: 0,
+            calls: 0,
+            repeats: 0,
+            until: 0.0,
+            backoff: 0.0,
+            trials_out: 0,
+            failed_returns: 0,
+            forgiven_at: now,
+            quarantines: 0,
+            quarantined_seconds: 0.0,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+    pub fn since(&self) -> f64 {
+        self.since
+    }
+    pub fn repeats(&self) -> u32 {
+        self.repeats
+    }
+    /// When a quarantine ends (meaningful while quarantined).
+    pub fn until(&self) -> f64 {
+        self.until
+    }
+    pub fn trials_out(&self) -> u32 {
+        self.trials_out
+    }
+    /// Whether recent failures mark this exit as failing its site (for incidents).
+    pub fn failing(&self, cfg: &HealthConfig) -> bool {
+        self.strikes >= cfg.degrade_at
+    }
+
+    /// Whether a lease may go through this breaker now (a probing one admits its trials).
+    #[inline]
+    pub fn admits(&self, cfg: &HealthConfig) -> bool {
+        match self.state {
+            State::Healthy | State::Degraded => true,
+            State::Probing => self.trials_out < cfg.half_open_trials,
+            State::Quarantined | State::Dead => false,
+        }
+    }
+
+    /// The share of its weight the exit keeps in this state.
+    #[inline]
+    pub fn weight_factor(&self) -> f64 {
+        match self.state {
+            State::Healthy => 1.0,
+            State::Degraded => 0.25,
+            State::Probing => 0.1,
+            State::Quarantined | State::Dead => 0.0,
+        }
+    }
+
+    /// A lease went out through this breaker; a probing one counts it as a trial. Returns
+    /// whether it was a trial, which its release must hand back.
+    #[inline]
+    pub fn on_lease(&mut self) -> bool {
+        if self.state == State::Probing {
+            self.trials_out += 1;
+            return true;
+        }
+        false
+    }
+
+    /// A trial lease ended without a report reaching this breaker (expired, or an outcome that
+    /// says nothing about it).
+    pub fn trial_done(&mut self) {
+        self.trials_out = self.trials_out.saturating_sub(1);
+    }
+
+    /// Time passing: a quarantine whose backoff is over turns half-open.
+    pub fn poll(&mut self, now: f64) -> Option<Transition> {
+        if self.state == State::Quarantined && now >= self.until {
+            let backoff = self.backoff;
+            return Some(self.enter(State::Probing, now, Reason::BackoffOver(backoff)));
+        }
+        None
+    }
+
+    /// Takes one report's signal. `ejection` says what a trip may do; `jitter` is a uniform
+    /// draw in [0, 1) for the backoff.
+    pub fn record(&mut self, cfg: &HealthConfig, signal: Signal, trial: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
+        let failed = self.observe(cfg, signal, trial)?;
+        self.judge(cfg, failed, now, ejection, jitter)
+    }
+
+    /// First half of `record`: counts the signal. `None` when it cannot change the state
+    /// (evidence about the site only); else whether it was a failure. Between the halves the
+    /// pool looks at the whole fleet (incidents, the cap) to decide what a trip may do.
+    pub fn observe(&mut self, cfg: &HealthConfig, signal: Signal, trial: bool) -> Option<bool> {
+        if trial {
+            self.trial_done();
+        }
+        let mask = if cfg.window >= 64 { u64::MAX } else { (1u64 << cfg.window) - 1 };
+        let (failed, captcha) = match signal {
+            Signal::Success | Signal::SiteError => (false, false),
+            Signal::Failure(_) => (true, false),
+            Signal::Captcha => (true, true),
+        };
+        if signal != Signal::SiteError {
+            self.fail_bits = ((self.fail_bits << 1) | failed as u64) & mask;
+            self.captcha_bits = ((self.captcha_bits << 1) | captcha as u64) & mask;
+            self.calls = (self.calls + 1).min(cfg.window);
+        }
+        match signal {
+            Signal::Success => {
+                self.strikes = 0.0;
+                self.captchas = 0;
+                self.successes += 1;
+            }
+            Signal::Failure(w) => {
+                self.strikes += w;
+                self.captchas = 0;
+                self.successes = 0;
+            }
+            Signal::Captcha => {
+                self.strikes += 1.0;
+                self.captchas += 1;
+                self.successes = 0;
+            }
+            // The site failed, not the exit: it neither proves nor condemns the exit, but it
+            // keeps the exit counted as failing the site until a success says otherwise.
+            Signal::SiteError => {
+                self.strikes = self.strikes.max(cfg.degrade_at);
+                return None;
+            }
+        }
+        Some(failed)
+    }
+
+    /// Second half of `record`: the state change the counted evidence calls for.
+    pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
+        if ejection == Ejection::Suspended {
+            return None;
+        }
+        match self.state {
+            State::Dead | State::Quarantined => None,
+            State::Probing => {
+                if failed {
+                    self.failed_returns += 1;
+                    if self.failed_returns >= cfg.dead_after {
+                        let n = self.failed_returns;
+                        return Some(self.enter(State::Dead, now, Reason::FailedReturns(n)));
+                    }
+                    return Some(self.quarantine(cfg, now, jitter, Reason::TrialFailed));
+                }
+                if self.successes >= cfg.recover_successes {
+                    self.failed_returns = 0;
+                    let n = self.successes;
+                    return Some(self.enter(State::Healthy, now, Reason::Recovered(n)));
+                }
+                None
+            }
+            State::Healthy | State::Degraded => {
+                if let Some(reason) = self.trip_reason(cfg) {
+                    return match ejection {
+                        Ejection::Allowed => Some(self.quarantine(cfg, now, jitter, reason)),
+                        _ if self.state == State::Healthy => Some(self.enter(State::Degraded, now, Reason::EjectionRefused)),
+                        _ => None,
+                    };
+                }
+                let held = now - self.since >= cfg.min_hold;
+                if self.state == State::Healthy {
+                    if failed && self.strikes >= cfg.degrade_at && held {
+                        let s = self.strikes;
+                        return Some(self.enter(State::Degraded, now, Reason::ConsecutiveFailures(s)));
+                    }
+                    if !failed && self.repeats > 0 && now - self.forgiven_at >= cfg.forgive_after && now - self.since >= cfg.forgive_after {
+                        self.repeats -= 1;
+                        self.forgiven_at = now;
+                    }
+                    None
+                } else if !failed && self.successes >= cfg.recover_successes && held {
+                    let n = self.successes;
+                    Some(self.enter(State::Healthy, now, Reason::Recovered(n)))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    fn trip_reason(&self, cfg: &HealthConfig) -> Option<Reason> {
+        if self.strikes >= cfg.consecutive {
+            return Some(Reason::ConsecutiveFailures(self.strikes));
+        }
+        if self.captchas >= cfg.captcha_consecutive {
+            return Some(Reason::ConsecutiveCaptchas(self.captchas));
+        }
+        if self.calls >= cfg.min_calls {
+            let n = self.calls as f64;
+            let captcha_rate = self.captcha_bits.count_ones() as f64 / n;
+            if captcha_rate >= cfg.captcha_rate {
+                return Some(Reason::CaptchaRate(captcha_rate));
+            }
+            let failure_rate = self.fail_bits.count_ones() as f64 / n;
+            if failure_rate >= cfg.failure_rate {
+                return Some(Reason::FailureRate(failure_rate));
+            }
+        }
+        None
+    }
+
+    fn quarantine(&mut self, cfg: &HealthConfig, now: f64, jitter: f64, reason: Reason) -> Transition {
+        self.repeats = self.repeats.saturating_add(1);
+        let factor = 1.0 - cfg.jitter + 2.0 * cfg.jitter * jitter.clamp(0.0, 1.0);
+        self.backoff = cfg.backoff(self.repeats) * factor;
+        self.until = now + self.backoff;
+        self.quarantines += 1;
+        self.enter(State::Quarantined, now, reason)
+    }
+
+    fn enter(&mut self, to: State, now: f64, reason: Reason) -> Transition {
+        let from = self.state;
+        if from == State::Quarantined || from == State::Dead {
+            self.quarantined_seconds += now - self.since;
+        }
+        self.state = to;
+        self.since = now;
+        // Serving at full or reduced weight is one stretch of evidence; every other change
+        // judges from a clean slate, since the old window describes the state being left.
+        let same_service = matches!((from, to), (State::Healthy, State::Degraded) | (State::Degraded, State::Healthy));
+        if !same_service {
+            self.strikes = 0.0;
+            self.captchas = 0;
+            self.successes = 0;
+            self.fail_bits = 0;
+            self.captcha_bits = 0;
+            self.calls = 0;
+        }
+        if to == State::Healthy {
+            self.forgiven_at = now;
+        }
+        if to != State::Probing {
+            self.trials_out = 0;
+        }
+        Transition { from, to, reason }
+    }
+
+    /// Back in service by hand or by a probe: healthy, the failed-return count cleared.
+    pub fn revive(&mut self, now: f64) -> Option<Transition> {
+        if self.state == State::Healthy {
+            return None;
+        }
+        self.failed_returns = 0;
+        Some(self.enter(State::Healthy, now, Reason::Revived))
+    }
+
+    /// Seconds spent out of service, counting a quarantine still running.
+    pub fn total_quarantined(&self, now: f64) -> f64 {
+        self.quarantined_seconds + if self.state.is_ejected() { now - self.since } else { 0.0 }
+    }
+
+    /// The recent window's success and captcha rates, if it has enough calls to say.
+    pub fn rates(&self, cfg: &HealthConfig) -> Option<(f64, f64)> {
+        (self.calls >= cfg.min_calls).then(|| {
+            let n = self.calls as f64;
+            (1.0 - self.fail_bits.count_ones() as f64 / n, self.captcha_bits.count_ones() as f64 / n)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> HealthConfig {
+        HealthConfig::default()
+    }
+
+    fn feed(b: &mut Breaker, c: &HealthConfig, s: Signal, n: usize, now: f64) -> Vec<Transition> {
+        (0..n).filter_map(|_| b.record(c, s, false, now, Ejection::Allowed, 0.5)).collect()
+    }
+
+    #[test]
+    fn one_error_never_trips_five_do() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        assert!(feed(&mut b, &c, Signal::Failure(1.0), 1, 100.0).is_empty());
+        assert_eq!(b.state(), State::Healthy);
+        let t = feed(&mut b, &c, Signal::Failure(1.0), 4, 100.0);
+        assert_eq!(t.last().unwrap().to, State::Quarantined);
+        assert_eq!(t.last().unwrap().reason, Reason::ConsecutiveFailures(5.0));
+        // Jitter 0.5 is the middle of [0.8, 1.2]: exactly the base.
+        assert_eq!(b.until(), 130.0);
+    }
+
+    #[test]
+    fn blocks_weigh_three() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Failure(c.block_weight), 2, 100.0);
+        assert_eq!(b.state(), State::Quarantined);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_and_never_overflows() {
+        let c = cfg();
+        assert_eq!(c.backoff(1), 30.0);
+        assert_eq!(c.backoff(2), 60.0);
+        assert_eq!(c.backoff(5), 480.0);
+        assert_eq!(c.backoff(6), 600.0);
+        assert_eq!(c.backoff(u32::MAX), 600.0);
+        let mut b = Breaker::new(0.0);
+        b.repeats = u32::MAX;
+        let t = feed(&mut b, &c, Signal::Failure(5.0), 1, 0.0);
+        assert_eq!(t[0].to, State::Quarantined);
+        assert!(b.until() <= 600.0 * 1.2);
+    }
+
+    #[test]
+    fn quarantine_ends_exactly_at_its_backoff() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Failure(5.0), 1, 10.0);
+        assert_eq!(b.poll(39.999), None);
+        assert_eq!(b.state(), State::Quarantined);
+        assert_eq!(b.poll(40.0).unwrap().to, State::Probing);
+    }
+
+    #[test]
+    fn half_open_admits_exactly_its_trials_then_recovers() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Failure(5.0), 1, 0.0);
+        b.poll(100.0);
+        for _ in 0..c.half_open_trials {
+            assert!(b.admits(&c));
+            assert!(b.on_lease());
+        }
+        assert!(!b.admits(&c));
+        let mut last = None;
+        for i in 0..c.recover_successes {
+            if i > 0 {
+                b.on_lease();
+            }
+            last = b.record(&c, Signal::Success, true, 100.0, Ejection::Allowed, 0.5).or(last);
+        }
+        assert_eq!(last.unwrap().to, State::Healthy);
+    }
+
+    #[test]
+    fn a_failed_trial_doubles_the_backoff_and_repeated_failures_kill() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Failure(5.0), 1, 0.0);
+        let mut now = 0.0;
+        for n in 1..c.dead_after {
+            now = b.until();
+            b.poll(now);
+            b.on_lease();
+            let t = b.record(&c, Signal::Failure(1.0), true, now, Ejection::Allowed, 0.5).unwrap();
+            assert_eq!((t.from, t.to, t.reason), (State::Probing, State::Quarantined, Reason::TrialFailed));
+            assert_eq!(b.until() - now, c.backoff(n + 1));
+        }
+        now = b.until();
+        b.poll(now);
+        let t = b.record(&c, Signal::Failure(1.0), false, now, Ejection::Allowed, 0.5).unwrap();
+        assert_eq!(t.to, State::Dead);
+        assert_eq!(b.poll(1e12), None);
+        assert!(!b.admits(&c));
+        assert_eq!(b.revive(now).unwrap().to, State::Healthy);
+    }
+
+    #[test]
+    fn jitter_spans_its_range() {
+        let c = cfg();
+        let trip = |j: f64| {
+            let mut b = Breaker::new(0.0);
+            b.record(&c, Signal::Failure(5.0), false, 0.0, Ejection::Allowed, j);
+            b.until()
+        };
+        assert!((trip(0.0) - 24.0).abs() < 1e-9);
+        assert!((trip(1.0) - 36.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn captchas_trip_sooner_than_errors() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Captcha, 3, 0.0);
+        assert_eq!(b.state(), State::Quarantined);
+        // By rate: 2 captchas in 10 calls is 20% >= 15%, while 2 errors in 10 is not 30%.
+        let mut b = Breaker::new(0.0);
+        for i in 0..10 {
+            let s = if i % 5 == 0 { Signal::Captcha } else { Signal::Success };
+            b.record(&c, s, false, 0.0, Ejection::Allowed, 0.5);
+        }
+        assert_eq!(b.state(), State::Quarantined);
+        let mut b = Breaker::new(0.0);
+        for i in 0..10 {
+            let s = if i % 5 == 0 { Signal::Failure(1.0) } else { Signal::Success };
+            b.record(&c, s, false, 0.0, Ejection::Allowed, 0.5);
+        }
+        assert_eq!(b.state(), State::Healthy);
+    }
+
+    #[test]
+    fn refused_ejection_degrades_and_suspended_judges_nothing() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        let t = (0..5).filter_map(|_| b.record(&c, Signal::Failure(1.0), false, 0.0, Ejection::Refused, 0.5)).last();
+        assert_eq!(t.unwrap().reason, Reason::EjectionRefused);
+        assert_eq!(b.state(), State::Degraded);
+        let mut b = Breaker::new(0.0);
+        for _ in 0..50 {
+            assert_eq!(b.record(&c, Signal::Failure(3.0), false, 0.0, Ejection::Suspended, 0.5), None);
+        }
+        assert_eq!(b.state(), State::Healthy);
+        assert!(b.failing(&c));
+    }
+
+    #[test]
+    fn degraded_needs_more_to_leave_than_to_enter_and_holds() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        feed(&mut b, &c, Signal::Success, 20, 0.0);
+        let t = feed(&mut b, &c, Signal::Failure(1.0), 2, 100.0);
+        assert_eq!(t[0].to, State::Degraded);
+        // Enough successes, but inside the hold time: stays degraded.
+        assert!(feed(&mut b, &c, Signal::Success, c.recover_successes as usize, 109.9).is_empty());
+        assert_eq!(b.state(), State::Degraded);
+        let t = feed(&mut b, &c, Signal::Success, 1, 110.0);
+        assert_eq!(t[0].to, State::Healthy);
+        // Inside the healthy hold time, two failures do not degrade again.
+        assert!(feed(&mut b, &c, Signal::Failure(1.0), 2, 115.0).is_empty());
+    }
+
+    #[test]
+    fn repeats_are_forgiven_slowly_after_stable_service() {
+        let c = cfg();
+        let mut b = Breaker::new(0.0);
+        b.record(&c, Signal::Failure(5.0), false, 0.0, Ejection::Allowed, 0.5);
+        b.revive(30.0);
+        assert_eq!(b.repeats(), 1);
+        b.record(&c, Signal::Success, false, 30.0 + c.forgive_after - 1.0, Ejection::Allowed, 0.5);
+        assert_eq!(b.repeats(), 1);
+        b.record(&c, Signal::Success, false, 30.0 + c.forgive_after, Ejection::Allowed, 0.5);
+        assert_eq!(b.repeats(), 0);
+    }
+
+    #[test]
+    fn config_is_checked() {
+        let bad = |f: fn(&mut HealthConfig)| {
+            let mut c = cfg();
+            f(&mut c);
+            c.validate().unwrap_err().to_string()
+        };
+        assert_eq!(bad(|c| c.max_ejection = 10.0), "health max_ejection 10 is below base_ejection 30");
+        assert!(bad(|c| c.jitter = 1.0).contains("jitter"));
+        assert!(bad(|c| c.failure_rate = f64::NAN).contains("failure_rate"));
+        assert!(bad(|c| c.window = 65).contains("window"));
+        assert!(cfg().validate().is_ok());
+    }
+}
