@@ -287,6 +287,9 @@ pub struct Breaker {
     state: State,
     since: f64,
     strikes: f64,
+    /// Like `strikes`, but 5xx answers count too: how long this exit has been failing the
+    /// site, whoever is at fault. Only incident detection reads it.
+    site_strikes: f64,
     captchas: u32,
     successes: u32,
     /// The last `window` calls as bits, newest in bit 0.
@@ -311,6 +314,7 @@ impl Breaker {
             state: State::Healthy,
             since: now,
             strikes: 0.0,
+            site_strikes: 0.0,
             captchas: 0,
             successes: 0,
             fail_bits: 0,
@@ -343,9 +347,10 @@ impl Breaker {
     pub fn trials_out(&self) -> u32 {
         self.trials_out
     }
-    /// Whether recent failures mark this exit as failing its site (for incidents).
+    /// Whether recent failures, of the exit or of the site, mark this exit as failing its
+    /// site (for incidents): as much accumulated evidence as it takes to degrade.
     pub fn failing(&self, cfg: &HealthConfig) -> bool {
-        self.strikes >= cfg.degrade_at
+        self.site_strikes >= cfg.degrade_at
     }
 
     /// Whether a lease may go through this breaker now (a probing one admits its trials).
@@ -423,23 +428,26 @@ impl Breaker {
         match signal {
             Signal::Success => {
                 self.strikes = 0.0;
+                self.site_strikes = 0.0;
                 self.captchas = 0;
                 self.successes += 1;
             }
             Signal::Failure(w) => {
                 self.strikes += w;
+                self.site_strikes += w;
                 self.captchas = 0;
                 self.successes = 0;
             }
             Signal::Captcha => {
                 self.strikes += 1.0;
+                self.site_strikes += 1.0;
                 self.captchas += 1;
                 self.successes = 0;
             }
             // The site failed, not the exit: it neither proves nor condemns the exit, but it
-            // keeps the exit counted as failing the site until a success says otherwise.
+            // counts towards the exit failing the site, which is how incidents are seen.
             Signal::SiteError => {
-                self.strikes = self.strikes.max(cfg.degrade_at);
+                self.site_strikes += 1.0;
                 return None;
             }
         }
@@ -540,6 +548,7 @@ impl Breaker {
         let same_service = matches!((from, to), (State::Healthy, State::Degraded) | (State::Degraded, State::Healthy));
         if !same_service {
             self.strikes = 0.0;
+            self.site_strikes = 0.0;
             self.captchas = 0;
             self.successes = 0;
             self.fail_bits = 0;

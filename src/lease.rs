@@ -12,6 +12,10 @@ pub type LeaseId = u64;
 pub struct LeaseRec {
     pub exit: u32,
     pub site: u32,
+    /// Which half-open breakers counted this lease as a trial (`fleet::TRIAL_*`).
+    pub trial: u8,
+    /// A hash of the lease's key (0 for keyless), kept only when calibrating capacities.
+    pub identity: u64,
     pub started: f64,
     pub expires: f64,
 }
@@ -103,7 +107,7 @@ mod tests {
     use super::*;
 
     fn rec(expires: f64) -> LeaseRec {
-        LeaseRec { exit: 0, site: 0, started: 0.0, expires }
+        LeaseRec { exit: 0, site: 0, trial: 0, identity: 0, started: 0.0, expires }
     }
 
     #[test]

@@ -4,7 +4,9 @@
 
 pub mod clock;
 pub mod error;
+pub mod events;
 pub mod exit;
+pub mod fleet;
 pub mod hash;
 pub mod health;
 pub mod lease;

@@ -7,7 +7,10 @@
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
+use crate::events::EventKind;
 use crate::exit::Exit;
+use crate::fleet::{Admit, Fleet};
+use crate::health::{HealthConfig, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::outcome::{Report, OUTCOMES};
 use crate::ring::{Ring, DEFAULT_SALT};
@@ -16,7 +19,7 @@ use crate::session::Sessions;
 use crate::warmup::{Pairings, WarmupConfig};
 use parking_lot::{Condvar, Mutex};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{RngExt, SeedableRng};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,6 +36,9 @@ pub struct Config {
     /// The `lru` strategy's per-site cooldown (8 s, the balancing article's figure).
     pub cooldown: f64,
     pub seed: Option<u64>,
+    pub health: HealthConfig,
+    /// Track each exit's distinct identities and burn verdicts over 24 h, for `recalibrate`.
+    pub calibrate: bool,
 }
 
 impl Default for Config {
@@ -47,6 +53,8 @@ impl Default for Config {
             warmup: None,
             cooldown: 8.0,
             seed: None,
+            health: HealthConfig::default(),
+            calibrate: false,
         }
     }
 }
@@ -76,7 +84,7 @@ impl Config {
         if self.replicas == 0 {
             return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
         }
-        Ok(())
+        self.health.validate()
     }
 }
 
@@ -87,13 +95,18 @@ pub enum Refusal {
     Full,
     /// The view has no exit in service at all.
     NoExits,
-    /// Keyless `lru`: every exit used this site within the cooldown.
-    Cooling(f64),
+    /// Slow down for this site: retry after `wait` seconds. `why` says which rule asked.
+    Cooling { wait: f64, why: &'static str },
     /// The key's pairing with its exit is new and must wait this long.
     WarmingUp { retry_after: f64, exit_id: String },
     /// The key's live session is bound to an exit that cannot serve it.
     SessionExitLost { key: String, exit_id: String, why: &'static str },
 }
+
+const LRU_COOLDOWN: &str = "every exit used this site within the lru cooldown";
+const RATE_LIMITED_ONE: &str = "the session's exit was rate-limited by this site (429)";
+const RATE_LIMITED_ALL: &str = "every exit that could serve was rate-limited by this site (429)";
+const INCIDENT: &str = "this site has an open incident, so its leases are spaced out";
 
 /// How a lease's exit was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +117,8 @@ pub enum Choice {
     Ring,
     /// A new session that walked past loaded exits (bounded loads).
     Bounded,
+    /// A new session whose ring exit could not serve the site, so the next one clockwise did.
+    Next,
     /// A keyless lease, by the pool's strategy.
     Strategy(Strategy),
 }
@@ -114,6 +129,7 @@ impl Choice {
             Choice::Session => "session",
             Choice::Ring => "ring",
             Choice::Bounded => "ring_bounded",
+            Choice::Next => "ring_next",
             Choice::Strategy(s) => s.name(),
         }
     }
@@ -141,6 +157,8 @@ pub struct Counts {
 
 struct ExitSlot {
     exit: Arc<Exit>,
+    /// Identity (key hash) -> (last served, burned by a block or captcha), when calibrating.
+    identities: HashMap<u64, (f64, bool)>,
     active: u32,
     benched: bool,
     removed: bool,
@@ -174,6 +192,8 @@ struct State {
     pairings: Pairings,
     /// Site name -> id; 0 is "no site".
     sites: HashMap<Box<str>, u32>,
+    site_names: Vec<Box<str>>,
+    fleet: Fleet,
     /// Per site, per exit handle: when it last served that site (for `lru`).
     last_used: Vec<Vec<f64>>,
     rng: SmallRng,
@@ -193,7 +213,14 @@ struct ViewMembers<'a> {
     exits: &'a [ExitSlot],
     max_leases: u32,
     last_used: &'a [f64],
+    fleet: &'a Fleet,
+    site: u32,
+    now: f64,
 }
+
+/// Weights go to the strategies as integers; this many units stand for one unit of capacity,
+/// so health can shade a weight finely.
+const WEIGHT_SCALE: f64 = 1000.0;
 
 impl Members for ViewMembers<'_> {
     fn len(&self) -> usize {
@@ -201,11 +228,14 @@ impl Members for ViewMembers<'_> {
     }
     #[inline]
     fn eligible(&self, m: usize) -> bool {
-        self.exits[self.members[m] as usize].active < self.max_leases
+        let h = self.members[m];
+        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
-        self.exits[self.members[m] as usize].exit.capacity.max(1) as i64
+        let h = self.members[m];
+        let capacity = self.exits[h as usize].exit.capacity.max(1) as f64;
+        ((capacity * self.fleet.weight(h, self.site) * WEIGHT_SCALE).round() as i64).max(1)
     }
     #[inline]
     fn active(&self, m: usize) -> u32 {
@@ -217,10 +247,37 @@ impl Members for ViewMembers<'_> {
     }
 }
 
+/// One event, with names resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventView {
+    pub seq: u64,
+    pub time: f64,
+    pub kind: &'static str,
+    pub exit_id: Option<String>,
+    pub site: Option<String>,
+    pub from: Option<&'static str>,
+    pub to: Option<&'static str>,
+    pub message: String,
+}
+
+/// One capacity that `recalibrate` changed (0: benched).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recalibration {
+    pub exit_id: String,
+    pub old: u32,
+    pub new: u32,
+    pub served: u32,
+    pub safe: u32,
+}
+
 /// Per-exit figures for snapshots.
 #[derive(Debug, Clone)]
 pub struct ExitView {
     pub exit: Arc<Exit>,
+    pub state: Health,
+    pub state_since: f64,
+    pub quarantines: u32,
+    pub quarantined_seconds: f64,
     pub active: u32,
     pub benched: bool,
     pub sessions: u32,
@@ -258,9 +315,10 @@ impl Pool {
         }
         let slots: Vec<ExitSlot> = exits
             .into_iter()
-            .map(|e| ExitSlot { exit: Arc::new(e), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] })
+            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] })
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
+        let fleet = Fleet::new(cfg.health.clone(), slots.len(), clock.now());
         let mut state = State {
             cfg,
             exits: slots,
@@ -271,6 +329,8 @@ impl Pool {
             leases: Leases::default(),
             pairings: Pairings::default(),
             sites: HashMap::new(),
+            site_names: vec!["".into()],
+            fleet,
             last_used: vec![Vec::new()],
             rng,
             counts: Counts::default(),
@@ -375,6 +435,14 @@ impl Pool {
                 slot.outcomes[report.outcome as usize] += 1;
                 st.counts.released += 1;
                 st.counts.outcomes[report.outcome as usize] += 1;
+                if rec.identity != 0 {
+                    let burned = matches!(report.outcome, crate::outcome::Outcome::Block | crate::outcome::Outcome::Captcha);
+                    let entry = st.exits[rec.exit as usize].identities.entry(rec.identity).or_insert((now, false));
+                    *entry = (now, entry.1 || burned);
+                }
+                let in_service = st.views[0].members.len() as u32;
+                let jitter = st.rng.random::<f64>();
+                st.fleet.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
                 true
             }
         };
@@ -393,7 +461,7 @@ impl Pool {
         if let Some(s) = st.sessions.live(key, now) {
             return Ok(st.exits[s.exit as usize].exit.clone());
         }
-        let h = st.ring_pick(view, key).ok_or(Refusal::NoExits)?.0;
+        let h = st.ring_pick(view, key, 0, now)?.0;
         Ok(st.exits[h as usize].exit.clone())
     }
 
@@ -430,17 +498,21 @@ impl Pool {
         let h = match st.by_id.get(&exit.id).copied() {
             Some(h) if !st.exits[h as usize].removed => return Err(Error::DuplicateExit(exit.id)),
             Some(h) => {
-                // The same id again: the same slot, so its history and pairings carry over.
+                // The same id again: the same slot, so its history and pairings carry over;
+                // its health starts afresh.
                 let slot = &mut st.exits[h as usize];
                 slot.exit = Arc::new(exit);
                 slot.removed = false;
                 slot.benched = false;
+                let now = self.clock.now();
+                st.fleet.forget(h, now);
                 h
             }
             None => {
                 let h = st.exits.len() as u32;
+                st.fleet.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot { exit: Arc::new(exit), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] });
+                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] });
                 h
             }
         };
@@ -455,6 +527,8 @@ impl Pool {
         if !st.exits[h as usize].benched {
             st.leave_views(h)?;
         }
+        let now = self.clock.now();
+        st.fleet.forget(h, now);
         let slot = &mut st.exits[h as usize];
         slot.removed = true;
         slot.benched = false;
@@ -491,6 +565,90 @@ impl Pool {
         st.views[view as usize].members.iter().map(|&h| st.exits[h as usize].exit.clone()).collect()
     }
 
+    /// An exit's health: for a site, the worse of its tunnel's state and its state there.
+    pub fn state(&self, exit_id: &str, site: Option<&str>) -> Result<Health> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.fleet.poll(now);
+        let h = st.handle(exit_id)?;
+        let site = site.and_then(|s| st.sites.get(s).copied());
+        Ok(st.fleet.state(h, site))
+    }
+
+    /// Puts an exit back in service everywhere (healthy), whatever its state.
+    pub fn revive(&self, exit_id: &str) -> Result<()> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        st.fleet.revive(h, now);
+        Ok(())
+    }
+
+    /// Events with a sequence number of at least `since`, oldest first.
+    pub fn events(&self, since: u64) -> Vec<EventView> {
+        let st = self.state.lock();
+        st.fleet
+            .events
+            .since(since)
+            .map(|e| EventView {
+                seq: e.seq,
+                time: e.time,
+                kind: e.kind.name(),
+                exit_id: e.exit.map(|h| st.exits[h as usize].exit.id.clone()),
+                site: e.site.map(|s| st.site_names[s as usize].to_string()),
+                from: e.from.map(Health::name),
+                to: e.to.map(Health::name),
+                message: e.message.clone(),
+            })
+            .collect()
+    }
+
+    /// Sets each exit's capacity from what it carried over the last 24 h: the distinct
+    /// identities it served without a block or captcha verdict, clamped to [1, 6]. An exit
+    /// that burned every identity it served is benched; one that served none keeps its
+    /// capacity. Only changed exits' arcs move. Needs `Config::calibrate`.
+    pub fn recalibrate(&self) -> Result<Vec<Recalibration>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        if !st.cfg.calibrate {
+            return Err(Error::BadInput("recalibrate needs a pool made with calibrate=True".into()));
+        }
+        let mut changes = Vec::new();
+        for h in 0..st.exits.len() as u32 {
+            let slot = &mut st.exits[h as usize];
+            if slot.removed || slot.benched {
+                continue;
+            }
+            slot.identities.retain(|_, (seen, _)| now - *seen <= CALIBRATION_HORIZON);
+            let served = slot.identities.len() as u32;
+            if served == 0 {
+                continue;
+            }
+            let safe = slot.identities.values().filter(|(_, burned)| !burned).count() as u32;
+            let old = slot.exit.capacity;
+            let id = slot.exit.id.clone();
+            if safe == 0 {
+                slot.benched = true;
+                st.leave_views(h)?;
+                st.fleet.events.push(now, EventKind::Benched, Some(h), None, format!("measured capacity 0: all {served} identities served in 24 h were burned"));
+                changes.push(Recalibration { exit_id: id, old, new: 0, served, safe });
+                continue;
+            }
+            let new = safe.min(CALIBRATED_MAX);
+            if new != old {
+                st.leave_views(h)?;
+                let slot = &mut st.exits[h as usize];
+                let mut exit = (*slot.exit).clone();
+                exit.capacity = new;
+                slot.exit = Arc::new(exit);
+                st.join_views(h)?;
+                st.fleet.events.push(now, EventKind::Recalibrated, Some(h), None, format!("capacity {old} -> {new}: {safe} of {served} identities served in 24 h without a block or captcha"));
+                changes.push(Recalibration { exit_id: id, old, new, served, safe });
+            }
+        }
+        Ok(changes)
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         let now = self.clock.now();
         let mut st = self.state.lock();
@@ -511,6 +669,10 @@ impl Pool {
             .filter(|(_, s)| !s.removed)
             .map(|(h, s)| ExitView {
                 exit: s.exit.clone(),
+                state: st.fleet.state(h as u32, None),
+                state_since: st.fleet.tunnel_breaker(h as u32).since(),
+                quarantines: st.fleet.tunnel_breaker(h as u32).quarantines,
+                quarantined_seconds: st.fleet.tunnel_breaker(h as u32).total_quarantined(now),
                 active: s.active,
                 benched: s.benched,
                 sessions: sessions_per_exit[h],
@@ -598,9 +760,19 @@ impl State {
         let mut freed = false;
         let exits = &mut self.exits;
         let counts = &mut self.counts;
+        let fleet = &mut self.fleet;
+        let lease_ttl = self.cfg.lease_ttl;
         self.leases.expire_due(now, |_, rec: LeaseRec| {
             exits[rec.exit as usize].active -= 1;
             counts.expired += 1;
+            fleet.abandon(rec.exit, rec.site, rec.trial);
+            fleet.events.push(
+                now,
+                EventKind::LeaseExpired,
+                Some(rec.exit),
+                (rec.site != 0).then_some(rec.site),
+                format!("a lease taken at {:.3} was not released within lease_ttl {lease_ttl} s; its slot is free again", rec.started),
+            );
             freed = true;
         });
         freed
@@ -613,50 +785,94 @@ impl State {
         }
         let id = self.sites.len() as u32 + 1;
         self.sites.insert(site.into(), id);
+        self.site_names.push(site.into());
         self.last_used.push(Vec::new());
+        self.fleet.ensure_site(id);
         id
     }
 
-    /// The ring's choice for a new session of `key` in `view`, walking on past exits over
-    /// their bound when bounded loads are on.
-    fn ring_pick(&self, view: u32, key: &str) -> Option<(u32, Choice)> {
+    /// The exit for a new session of `key` in `view`: its ring exit when that exit may serve
+    /// the site (and is under its bound, with bounded loads), else the next one clockwise that
+    /// is. The walk happens only when the ring exit is out, so the common case costs one lookup.
+    fn ring_pick(&self, view: u32, key: &str, site: u32, now: f64) -> std::result::Result<(u32, Choice), Refusal> {
         let v = &self.views[view as usize];
-        let first = v.ring.assign(key)?;
-        let Some(c) = self.cfg.balance_factor else { return Some((first, Choice::Ring)) };
+        let first = v.ring.assign(key).ok_or(Refusal::NoExits)?;
+        let admitted = |h: u32| self.fleet.admits(h, site, now) == Admit::Yes;
         // Mirrokni, Thorup and Zadimoghaddam: no exit may carry more than c times its
         // capacity-weighted share of the live sessions, counting the one being placed.
         let total = self.sessions.total() as f64 + 1.0;
-        let under = |h: u32| {
-            let w = self.exits[h as usize].exit.capacity.max(1) as f64;
-            let bound = (c * total * w / v.weight_total.max(1) as f64).ceil();
-            (self.sessions.load(h) as f64) < bound
+        let under = |h: u32| match self.cfg.balance_factor {
+            None => true,
+            Some(c) => {
+                let w = self.exits[h as usize].exit.capacity.max(1) as f64;
+                (self.sessions.load(h) as f64) < (c * total * w / v.weight_total.max(1) as f64).ceil()
+            }
         };
-        if under(first) {
-            return Some((first, Choice::Ring));
+        if admitted(first) && under(first) {
+            return Ok((first, Choice::Ring));
         }
-        Some(v.ring.walk(key).find(|&h| under(h)).map_or((first, Choice::Ring), |h| (h, Choice::Bounded)))
+        let walked = if admitted(first) { Choice::Bounded } else { Choice::Next };
+        if let Some(h) = v.ring.walk(key).find(|&h| admitted(h) && under(h)) {
+            return Ok((h, walked));
+        }
+        if let Some(h) = v.ring.walk(key).find(|&h| admitted(h)) {
+            return Ok((h, Choice::Next));
+        }
+        let cooling = v.ring.walk(key).filter_map(|h| match self.fleet.admits(h, site, now) {
+            Admit::Cooling(until) => Some(until - now),
+            _ => None,
+        });
+        match cooling.fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.min(w)))) {
+            Some(wait) => Err(Refusal::Cooling { wait, why: RATE_LIMITED_ALL }),
+            None => Err(Refusal::Full),
+        }
+    }
+
+    /// The soonest a cooling member of the view may serve the site again, if any is cooling.
+    fn soonest_cool(&self, view: u32, site: u32, now: f64) -> Option<f64> {
+        self.views[view as usize]
+            .members
+            .iter()
+            .filter_map(|&h| match self.fleet.admits(h, site, now) {
+                Admit::Cooling(until) => Some(until - now),
+                _ => None,
+            })
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.min(w))))
     }
 
     #[inline]
     fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> std::result::Result<Grant, Refusal> {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         let site = self.site_id(site);
+        self.fleet.poll(now);
+        self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
         let (h, choice) = match key {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
                 let (h, choice) = match self.sessions.live(key, now) {
                     Some(s) => {
                         let slot = &self.exits[s.exit as usize];
-                        let lost = |why| Refusal::SessionExitLost { key: key.to_owned(), exit_id: slot.exit.id.clone(), why };
-                        if slot.removed {
-                            return Err(lost("its exit was removed from the pool"));
+                        let why = if slot.removed {
+                            Some("its exit was removed from the pool")
+                        } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
+                            Some("its exit is outside this subset")
+                        } else {
+                            self.fleet.lost(s.exit, site)
+                        };
+                        if let Some(why) = why {
+                            let exit_id = slot.exit.id.clone();
+                            self.fleet.events.push(now, EventKind::SessionLost, Some(s.exit), (site != 0).then_some(site), format!("session of key {key:?}: {why}; not moved"));
+                            return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
                         }
-                        if view != 0 && !self.views[view as usize].matches(&slot.exit) {
-                            return Err(lost("its exit is outside this subset"));
+                        match self.fleet.admits(s.exit, site, now) {
+                            Admit::Yes => {}
+                            Admit::Cooling(until) => return Err(Refusal::Cooling { wait: until - now, why: RATE_LIMITED_ONE }),
+                            // Probing with every trial out: wait for one to come back.
+                            Admit::No(_) => return Err(Refusal::Full),
                         }
                         (s.exit, Choice::Session)
                     }
-                    None => self.ring_pick(view, key).ok_or(Refusal::NoExits)?,
+                    None => self.ring_pick(view, key, site, now)?,
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
@@ -676,14 +892,18 @@ impl State {
                     let n = self.exits.len();
                     self.last_used[site as usize].resize(n, f64::NEG_INFINITY);
                 }
-                let State { views, exits, last_used, rng, cfg, .. } = self;
+                let State { views, exits, last_used, rng, cfg, fleet, .. } = self;
                 let v = &mut views[view as usize];
-                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize] };
-                let m = v.selector.pick(strategy, &members, rng, lru.then_some((now, cfg.cooldown))).map_err(|e| match e {
-                    NoPick::Cooling(wait) => Refusal::Cooling(wait),
-                    NoPick::Nothing if v.members.is_empty() => Refusal::NoExits,
-                    NoPick::Nothing => Refusal::Full,
-                })?;
+                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
+                let picked = v.selector.pick(strategy, &members, rng, lru.then_some((now, cfg.cooldown)));
+                let m = match picked {
+                    Ok(m) => m,
+                    Err(NoPick::Cooling(wait)) => return Err(Refusal::Cooling { wait, why: LRU_COOLDOWN }),
+                    Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
+                    Err(NoPick::Nothing) => {
+                        return Err(self.soonest_cool(view, site, now).map_or(Refusal::Full, |wait| Refusal::Cooling { wait, why: RATE_LIMITED_ALL }))
+                    }
+                };
                 let h = v.members[m];
                 if lru {
                     last_used[site as usize][h as usize] = now;
@@ -691,15 +911,35 @@ impl State {
                 (h, Choice::Strategy(strategy))
             }
         };
+        self.fleet.gate_pass(site, now);
+        let trial = self.fleet.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
         slot.active += 1;
         slot.leases += 1;
         let exit = slot.exit.clone();
-        let id = self.leases.insert(LeaseRec { exit: h, site, started: now, expires: now + self.cfg.lease_ttl });
+        let identity = match key {
+            Some(k) if self.cfg.calibrate => identity_of(k),
+            _ => 0,
+        };
+        let id = self.leases.insert(LeaseRec { exit: h, site, trial, identity, started: now, expires: now + self.cfg.lease_ttl });
         self.counts.acquired += 1;
         Ok(Grant { id, exit, choice, waited: 0.0 })
     }
 }
+
+/// A key's identity for capacity measurement: any stable 64-bit hash will do, and 0 is
+/// kept for "no key".
+fn identity_of(key: &str) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// One day: the horizon of capacity measurement (the ring article's rolling 24 h).
+const CALIBRATION_HORIZON: f64 = 86_400.0;
+/// Measured capacities are clamped here (the ring article's [1, 6]).
+const CALIBRATED_MAX: u32 = 6;
 
 /// Names of the outcome counters, in `Counts::outcomes` order.
 pub fn outcome_names() -> [&'static str; 8] {

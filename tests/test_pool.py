@@ -323,10 +323,14 @@ def test_acquire_and_release_without_with(pool):
 def test_release_with_an_outcome(pool):
     a = pool.acquire("k")
     assert pool.release(a, status=429, retry_after=12.0) is True
-    b = pool.acquire("k")
+    # A 429 cools the session's exit for that site; the key waits instead of moving.
+    with pytest.raises(exitpool.Cooling) as cooled:
+        pool.acquire("k")
+    assert cooled.value.retry_after == 12.0
+    b = pool.acquire("k", site="other.example")
     b.report(status=200)
     assert pool.release(b) is True
-    c = pool.acquire("k")
+    c = pool.acquire("k", site="other.example")
     c.report(status=200)
     assert pool.release(c, error=ConnectionRefusedError()) is True  # release's outcome wins
     d = pool.acquire()

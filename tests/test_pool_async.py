@@ -62,7 +62,8 @@ async def test_async_with_yields_a_lease():
 @pytest.mark.asyncio
 async def test_async_outcomes_reports_and_exceptions():
     pool = Pool(make_exits(1), clock=ManualClock())
-    async with pool.lease("k") as lease:
+    # A 429 cools the exit for its site only; the leases below are for no site.
+    async with pool.lease("k", site="a.example") as lease:
         lease.report(status=429)
     exc = asyncio.TimeoutError()
     with pytest.raises(asyncio.TimeoutError) as caught:

@@ -218,7 +218,7 @@ def test_lru_raises_cooling_when_every_exit_is_inside_the_cooldown():
         with pool.lease(site=site):
             pytest.fail("the block must not run")
     assert e.value.retry_after == pytest.approx(3.0)
-    assert str(e.value) == "every exit of the pool used this site within the cooldown; retry after 3.000 s"
+    assert str(e.value) == "the pool: every exit used this site within the lru cooldown; retry after 3.000 s"
     # A timeout does not change that: a sync lease raises at once.
     with pytest.raises(Cooling):
         pool.acquire(site=site, timeout=5)

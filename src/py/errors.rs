@@ -41,9 +41,9 @@ pub fn refusal_to_py(py: Python<'_>, r: Refusal, what: &str, timeout: Option<f64
     let made = match r {
         Refusal::Full => return no_exit_available(py, full_message(what, timeout)),
         Refusal::NoExits => return no_exit_available(py, format!("{what} has no exit in service")),
-        Refusal::Cooling(wait) => cooling_class(py).map(|c| {
-            PyErr::from_type(c.clone(), (format!("every exit of {what} used this site within the cooldown; retry after {wait:.3} s"), wait))
-        }),
+        Refusal::Cooling { wait, why } => {
+            cooling_class(py).map(|c| PyErr::from_type(c.clone(), (format!("{what}: {why}; retry after {wait:.3} s"), wait)))
+        }
         Refusal::WarmingUp { retry_after, exit_id } => warming_up_class(py).map(|c| {
             PyErr::from_type(
                 c.clone(),

@@ -12,6 +12,7 @@ use crate::lease::LeaseId;
 use crate::outcome::{ErrorKind, Report, OUTCOMES};
 use crate::pool::{Config, Grant, Pool, Refusal};
 use crate::select::Strategy;
+use crate::health::HealthConfig;
 use crate::warmup::WarmupConfig;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -63,6 +64,52 @@ fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<Warmu
     Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", w.repr()?)))
 }
 
+/// `health={"consecutive": 5, ...}`: overrides of the breaker and safeguard defaults.
+fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<HealthConfig> {
+    let mut cfg = HealthConfig::default();
+    let Some(d) = d else { return Ok(cfg) };
+    for (k, v) in d.iter() {
+        let k: String = k.extract()?;
+        let number = || -> PyResult<f64> {
+            if v.is_instance_of::<PyBool>() {
+                return Err(invalid_input(py, format!("health {k} must be a number, got {}", v.repr()?)));
+            }
+            v.extract::<f64>().map_err(|_| invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))
+        };
+        let count = || -> PyResult<u32> {
+            let n = extract_capacity(py, &v, &format!("health {k}"))?;
+            u32::try_from(n).map_err(|_| invalid_input(py, format!("health {k} {n} is out of range")))
+        };
+        match k.as_str() {
+            "consecutive" => cfg.consecutive = number()?,
+            "degrade_at" => cfg.degrade_at = number()?,
+            "block_weight" => cfg.block_weight = number()?,
+            "window" => cfg.window = count()?,
+            "min_calls" => cfg.min_calls = count()?,
+            "failure_rate" => cfg.failure_rate = number()?,
+            "captcha_rate" => cfg.captcha_rate = number()?,
+            "captcha_consecutive" => cfg.captcha_consecutive = count()?,
+            "recover_successes" => cfg.recover_successes = count()?,
+            "half_open_trials" => cfg.half_open_trials = count()?,
+            "base_ejection" => cfg.base_ejection = number()?,
+            "max_ejection" => cfg.max_ejection = number()?,
+            "jitter" => cfg.jitter = number()?,
+            "min_hold" => cfg.min_hold = number()?,
+            "forgive_after" => cfg.forgive_after = number()?,
+            "dead_after" => cfg.dead_after = count()?,
+            "max_ejected" => cfg.max_ejected = number()?,
+            "min_in_service" => cfg.min_in_service = count()?,
+            "incident_fraction" => cfg.incident_fraction = number()?,
+            "incident_min_exits" => cfg.incident_min_exits = count()?,
+            "incident_interval" => cfg.incident_interval = number()?,
+            "rate_limit_cooldown" => cfg.rate_limit_cooldown = number()?,
+            _ => return Err(invalid_input(py, format!("health has no setting {k:?}"))),
+        }
+    }
+    cfg.validate().py_err(py)?;
+    Ok(cfg)
+}
+
 fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>> {
     let mut out = Vec::new();
     for item in exits.try_iter()? {
@@ -83,7 +130,8 @@ fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
 impl PyPool {
     #[new]
     #[pyo3(signature = (exits, *, strategy="weighted", replicas=None, session_ttl=900.0, lease_ttl=120.0,
-                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0))]
+                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0,
+                        health=None, calibrate=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -98,6 +146,8 @@ impl PyPool {
         clock: Option<&Bound<'_, PyManualClock>>,
         seed: Option<u64>,
         cooldown: f64,
+        health: Option<&Bound<'_, PyDict>>,
+        calibrate: bool,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
             None => None,
@@ -125,6 +175,8 @@ impl PyPool {
             },
             cooldown,
             seed,
+            health: extract_health(py, health)?,
+            calibrate,
         };
         let clock: Arc<dyn Clock> = match clock {
             Some(c) => Arc::new(c.get().inner.clone()),
@@ -255,6 +307,53 @@ impl PyPool {
         self.core.exit(exit_id).py_err(py).map(|inner| PyExit { inner })
     }
 
+    /// An exit's health: "healthy", "degraded", "probing", "quarantined" or "dead". With a
+    /// site, the worse of its tunnel's state and its state for that site.
+    #[pyo3(signature = (exit_id, site=None))]
+    fn state(&self, py: Python<'_>, exit_id: &str, site: Option<&str>) -> PyResult<&'static str> {
+        self.core.state(exit_id, site).py_err(py).map(|s| s.name())
+    }
+
+    /// Puts an exit back in service (healthy) everywhere, whatever its state.
+    fn revive(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
+        self.core.revive(exit_id).py_err(py)
+    }
+
+    /// The events kept in the buffer (the last 1,000) with `seq >= since`, oldest first.
+    #[pyo3(signature = (since=None))]
+    fn events<'py>(&self, py: Python<'py>, since: Option<u64>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for e in self.core.events(since.unwrap_or(0)) {
+            let d = PyDict::new(py);
+            d.set_item("seq", e.seq)?;
+            d.set_item("time", e.time)?;
+            d.set_item("kind", e.kind)?;
+            d.set_item("exit_id", e.exit_id)?;
+            d.set_item("site", e.site)?;
+            d.set_item("from", e.from)?;
+            d.set_item("to", e.to)?;
+            d.set_item("message", e.message)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
+    /// Sets capacities from the last 24 h of measurement (needs `calibrate=True`); returns the
+    /// changes, an exit whose new capacity is 0 having been benched.
+    fn recalibrate<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for c in self.core.recalibrate().py_err(py)? {
+            let d = PyDict::new(py);
+            d.set_item("exit_id", c.exit_id)?;
+            d.set_item("old", c.old)?;
+            d.set_item("new", c.new)?;
+            d.set_item("served", c.served)?;
+            d.set_item("safe", c.safe)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
     /// The current time on the pool's clock.
     fn now(&self) -> f64 {
         self.core.now()
@@ -283,6 +382,10 @@ impl PyPool {
                 tags.set_item(k, v)?;
             }
             d.set_item("tags", tags)?;
+            d.set_item("state", e.state.name())?;
+            d.set_item("state_since", e.state_since)?;
+            d.set_item("quarantines", e.quarantines)?;
+            d.set_item("quarantined_seconds", e.quarantined_seconds)?;
             d.set_item("benched", e.benched)?;
             d.set_item("active_leases", e.active)?;
             d.set_item("sessions", e.sessions)?;

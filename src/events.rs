@@ -1,0 +1,114 @@
+//! Events: every state change and notable decision, with its reason in words and figures, in
+//! a bounded buffer that readers page through by sequence number.
+
+use crate::health::{HealthConfig, State, Transition};
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    StateChanged,
+    EjectionRefused,
+    SiteIncidentOpened,
+    SiteIncidentClosed,
+    GlobalIncidentOpened,
+    GlobalIncidentClosed,
+    SessionLost,
+    LeaseExpired,
+    WarmingUp,
+    Benched,
+    Unbenched,
+    Recalibrated,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::StateChanged => "state_changed",
+            EventKind::EjectionRefused => "ejection_refused",
+            EventKind::SiteIncidentOpened => "site_incident_opened",
+            EventKind::SiteIncidentClosed => "site_incident_closed",
+            EventKind::GlobalIncidentOpened => "global_incident_opened",
+            EventKind::GlobalIncidentClosed => "global_incident_closed",
+            EventKind::SessionLost => "session_lost",
+            EventKind::LeaseExpired => "lease_expired",
+            EventKind::WarmingUp => "warming_up",
+            EventKind::Benched => "benched",
+            EventKind::Unbenched => "unbenched",
+            EventKind::Recalibrated => "recalibrated",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub seq: u64,
+    pub time: f64,
+    pub kind: EventKind,
+    /// Exit handle and site id; the pool turns them into names.
+    pub exit: Option<u32>,
+    pub site: Option<u32>,
+    pub from: Option<State>,
+    pub to: Option<State>,
+    pub message: String,
+}
+
+pub struct Events {
+    buf: VecDeque<Event>,
+    cap: usize,
+    next: u64,
+}
+
+impl Events {
+    pub fn new(cap: usize) -> Events {
+        Events { buf: VecDeque::with_capacity(cap.min(1024)), cap, next: 0 }
+    }
+
+    pub fn push(&mut self, time: f64, kind: EventKind, exit: Option<u32>, site: Option<u32>, message: String) {
+        self.push_event(Event { seq: 0, time, kind, exit, site, from: None, to: None, message });
+    }
+
+    pub fn transition(&mut self, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
+        let kind = if t.reason == crate::health::Reason::EjectionRefused { EventKind::EjectionRefused } else { EventKind::StateChanged };
+        let message = format!("{} -> {}: {}", t.from.name(), t.to.name(), t.reason.describe(cfg));
+        self.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from), to: Some(t.to), message });
+    }
+
+    fn push_event(&mut self, mut e: Event) {
+        e.seq = self.next;
+        self.next += 1;
+        if self.buf.len() == self.cap {
+            self.buf.pop_front();
+        }
+        self.buf.push_back(e);
+    }
+
+    /// Events with a sequence number of at least `since`, oldest first.
+    pub fn since(&self, since: u64) -> impl Iterator<Item = &Event> {
+        let skip = self.buf.front().map_or(0, |f| since.saturating_sub(f.seq) as usize);
+        self.buf.iter().skip(skip)
+    }
+
+    /// The sequence number the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_and_paged_by_sequence() {
+        let mut ev = Events::new(3);
+        for i in 0..5 {
+            ev.push(i as f64, EventKind::Benched, None, None, format!("e{i}"));
+        }
+        let all: Vec<u64> = ev.since(0).map(|e| e.seq).collect();
+        assert_eq!(all, [2, 3, 4]);
+        let later: Vec<u64> = ev.since(4).map(|e| e.seq).collect();
+        assert_eq!(later, [4]);
+        assert_eq!(ev.since(9).count(), 0);
+        assert_eq!(ev.next_seq(), 5);
+    }
+}

@@ -1,0 +1,500 @@
+//! The health of the whole pool: every breaker, and the safeguards that judge them together.
+//!
+//! One breaker per exit for its tunnel and one per (exit, site). A single exit's trip is
+//! the breaker's call; whether it may eject is the fleet's: at most `max_ejected` of the
+//! pool out at once (one always may), `min_in_service` always serving, and when most exits
+//! fail one site at once the site is at fault (a site incident): nobody is punished for it and
+//! that site's leases are spaced out instead. When most tunnels fail at once the fault is ours
+//! (network, probes) and no tunnel is judged.
+
+use crate::events::{EventKind, Events};
+use crate::health::{Breaker, Ejection, HealthConfig, Signal, State, Transition};
+use crate::outcome::{Outcome, Report};
+
+/// What a lease gets from an exit's health for one site.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admit {
+    Yes,
+    /// Out of service (quarantined or dead, or a probing exit with its trials all out).
+    No(State),
+    /// Cooling for this site after a 429, until this time.
+    Cooling(f64),
+}
+
+/// Which breakers a lease went out through as a half-open trial.
+pub const TRIAL_TUNNEL: u8 = 1;
+pub const TRIAL_SITE: u8 = 2;
+
+#[derive(Debug, Clone, Copy)]
+struct Incident {
+    opened: f64,
+    next_lease: f64,
+}
+
+#[derive(Debug, Default)]
+struct SiteHealth {
+    breakers: Vec<Breaker>,
+    cool_until: Vec<f64>,
+    failing: u32,
+    ejected: u32,
+    incident: Option<Incident>,
+    incidents: u32,
+}
+
+/// The recent outcomes of one exit over every site, for adaptive weights.
+#[derive(Debug, Clone, Copy, Default)]
+struct Recent {
+    ok_bits: u64,
+    calls: u32,
+    latency: f64,
+    latencies: u32,
+}
+
+/// Calls the adaptive weight looks back over, and how many it needs before it moves off
+/// neutral (the balancing article: the last 500 requests, neutral under 20).
+const RECENT_WINDOW: u32 = 64;
+const RECENT_MIN: u32 = 20;
+/// Latency at which the weight starts to fall (the article's 1500 ms).
+const LATENCY_PAR: f64 = 1.5;
+/// Adaptive weight bounds, as shares of an exit's capacity.
+const WEIGHT_FLOOR: f64 = 0.05;
+
+pub struct Fleet {
+    pub cfg: HealthConfig,
+    tunnel: Vec<Breaker>,
+    sites: Vec<SiteHealth>,
+    recent: Vec<Recent>,
+    tunnel_failing: u32,
+    tunnel_ejected: u32,
+    global_incident: Option<f64>,
+    next_poll: f64,
+    trials: u64,
+    trial_successes: u64,
+    pub events: Events,
+}
+
+impl Fleet {
+    pub fn new(cfg: HealthConfig, exits: usize, now: f64) -> Fleet {
+        Fleet {
+            cfg,
+            tunnel: vec![Breaker::new(now); exits],
+            sites: vec![SiteHealth::default()],
+            recent: vec![Recent::default(); exits],
+            tunnel_failing: 0,
+            tunnel_ejected: 0,
+            global_incident: None,
+            next_poll: f64::INFINITY,
+            trials: 0,
+            trial_successes: 0,
+            events: Events::new(1000),
+        }
+    }
+
+    /// Makes room for exit handle `h` (a new exit starts healthy).
+    pub fn ensure_exit(&mut self, h: u32, now: f64) {
+        let n = h as usize + 1;
+        if self.tunnel.len() < n {
+            self.tunnel.resize(n, Breaker::new(now));
+            self.recent.resize(n, Recent::default());
+        }
+    }
+
+    pub fn ensure_site(&mut self, site: u32) {
+        if self.sites.len() <= site as usize {
+            self.sites.resize_with(site as usize + 1, SiteHealth::default);
+        }
+    }
+
+    /// Turns quarantines whose backoff is over into half-open trials. Costs one comparison
+    /// until the earliest quarantine ends.
+    #[inline]
+    pub fn poll(&mut self, now: f64) {
+        if now < self.next_poll {
+            return;
+        }
+        let mut next = f64::INFINITY;
+        for h in 0..self.tunnel.len() {
+            if let Some(t) = self.tunnel[h].poll(now) {
+                self.tunnel_ejected -= 1;
+                self.events.transition(now, h as u32, None, t, &self.cfg);
+            }
+            if self.tunnel[h].state() == State::Quarantined {
+                next = next.min(self.tunnel[h].until());
+            }
+        }
+        for s in 0..self.sites.len() {
+            for h in 0..self.sites[s].breakers.len() {
+                if let Some(t) = self.sites[s].breakers[h].poll(now) {
+                    self.sites[s].ejected -= 1;
+                    self.events.transition(now, h as u32, Some(s as u32), t, &self.cfg);
+                }
+                if self.sites[s].breakers[h].state() == State::Quarantined {
+                    next = next.min(self.sites[s].breakers[h].until());
+                }
+            }
+        }
+        self.next_poll = next;
+    }
+
+    /// Whether exit `h` may take a lease for `site` now.
+    #[inline]
+    pub fn admits(&self, h: u32, site: u32, now: f64) -> Admit {
+        let t = &self.tunnel[h as usize];
+        if !t.admits(&self.cfg) {
+            return Admit::No(t.state());
+        }
+        let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
+        if let Some(b) = sh.breakers.get(h as usize) {
+            if !b.admits(&self.cfg) {
+                return Admit::No(b.state());
+            }
+        }
+        match sh.cool_until.get(h as usize) {
+            Some(&until) if until > now => Admit::Cooling(until),
+            _ => Admit::Yes,
+        }
+    }
+
+    /// The exit's state for a site: the worse of its tunnel's and its (exit, site) breaker's.
+    pub fn state(&self, h: u32, site: Option<u32>) -> State {
+        let t = self.tunnel[h as usize].state();
+        let s = site.and_then(|s| self.sites.get(s as usize)).and_then(|sh| sh.breakers.get(h as usize)).map(Breaker::state);
+        s.map_or(t, |s| s.max(t))
+    }
+
+    /// A live session's exit can no longer serve it for this site.
+    pub fn lost(&self, h: u32, site: u32) -> Option<&'static str> {
+        let worst = self.state(h, Some(site));
+        match worst {
+            State::Quarantined => Some("its exit is quarantined"),
+            State::Dead => Some("its exit is dead"),
+            _ => None,
+        }
+    }
+
+    /// The share of its capacity exit `h` should get for `site`: breaker states times the
+    /// adaptive weight (success rate squared times a latency factor, neutral until enough data).
+    #[inline]
+    pub fn weight(&self, h: u32, site: u32) -> f64 {
+        let mut w = self.tunnel[h as usize].weight_factor();
+        if let Some(b) = self.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)) {
+            w *= b.weight_factor();
+        }
+        w * self.adaptive(h)
+    }
+
+    fn adaptive(&self, h: u32) -> f64 {
+        let r = &self.recent[h as usize];
+        if r.calls < RECENT_MIN {
+            return 1.0;
+        }
+        let success = r.ok_bits.count_ones() as f64 / r.calls as f64;
+        let speed = if r.latencies == 0 { 1.0 } else { (LATENCY_PAR / r.latency.max(1e-3)).min(1.0) };
+        (success * success * speed).clamp(WEIGHT_FLOOR, 1.0)
+    }
+
+    /// A lease is going out through exit `h` for `site`: half-open breakers count a trial.
+    #[inline]
+    pub fn on_lease(&mut self, h: u32, site: u32) -> u8 {
+        let mut trial = 0;
+        if self.tunnel[h as usize].on_lease() {
+            trial |= TRIAL_TUNNEL;
+        }
+        if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
+            if b.on_lease() {
+                trial |= TRIAL_SITE;
+            }
+        }
+        if trial != 0 {
+            self.trials += 1;
+        }
+        trial
+    }
+
+    /// A lease ended with no report that speaks to its breakers (it expired): hand back its
+    /// trial slots.
+    pub fn abandon(&mut self, h: u32, site: u32, trial: u8) {
+        if trial & TRIAL_TUNNEL != 0 {
+            self.tunnel[h as usize].trial_done();
+        }
+        if trial & TRIAL_SITE != 0 {
+            if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
+                b.trial_done();
+            }
+        }
+    }
+
+    /// During a site incident, that site's leases go `incident_interval` apart: `Err(wait)`
+    /// while the next one may not go yet.
+    /// Unscoped leases (site 0) are never slowed: without a site there is no one to slow.
+    #[inline]
+    pub fn gate_check(&self, site: u32, now: f64) -> Result<(), f64> {
+        if site == 0 {
+            return Ok(());
+        }
+        match self.sites.get(site as usize).and_then(|sh| sh.incident) {
+            Some(inc) if now < inc.next_lease => Err(inc.next_lease - now),
+            _ => Ok(()),
+        }
+    }
+
+    /// A lease for the site went out: the next one waits its interval.
+    #[inline]
+    pub fn gate_pass(&mut self, site: u32, now: f64) {
+        if let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) {
+            inc.next_lease = now + self.cfg.incident_interval;
+        }
+    }
+
+    /// Takes one report into the exit's tunnel and site breakers and the fleet's safeguards.
+    /// `in_service` is the number of exits the pool has in service; `jitter` a draw in [0, 1).
+    pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: u8, in_service: u32, now: f64, jitter: f64) {
+        let hu = h as usize;
+        self.learn(h, report);
+        if report.outcome == Outcome::RateLimited {
+            self.ensure_site(site);
+            let sh = &mut self.sites[site as usize];
+            if sh.cool_until.len() <= hu {
+                sh.cool_until.resize(hu + 1, f64::NEG_INFINITY);
+            }
+            sh.cool_until[hu] = now + report.retry_after.unwrap_or(self.cfg.rate_limit_cooldown);
+        }
+        let threshold = self.incident_threshold(in_service);
+        let cap = self.ejection_cap(in_service);
+
+        // The tunnel.
+        match Signal::for_tunnel(report.outcome) {
+            Some(signal) => {
+                let b = &mut self.tunnel[hu];
+                let was = b.failing(&self.cfg);
+                let failed = b.observe(&self.cfg, signal, trial & TRIAL_TUNNEL != 0);
+                let is = b.failing(&self.cfg);
+                self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
+                self.judge_global(threshold, now);
+                if let Some(failed) = failed {
+                    let ejection = if self.global_incident.is_some() {
+                        Ejection::Suspended
+                    } else if self.tunnel_ejected + 1 > cap || in_service.saturating_sub(self.tunnel_ejected + 1) < self.cfg.min_in_service {
+                        Ejection::Refused
+                    } else {
+                        Ejection::Allowed
+                    };
+                    if let Some(t) = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter) {
+                        self.tunnel_changed(h, t, now);
+                    }
+                }
+            }
+            None if trial & TRIAL_TUNNEL != 0 => self.tunnel[hu].trial_done(),
+            None => {}
+        }
+
+        // The (exit, site) pair.
+        match Signal::for_site(report.outcome, &self.cfg) {
+            Some(signal) => {
+                self.ensure_site(site);
+                let cfg = &self.cfg;
+                let sh = &mut self.sites[site as usize];
+                if sh.breakers.len() <= hu {
+                    sh.breakers.resize(hu + 1, Breaker::new(now));
+                }
+                let b = &mut sh.breakers[hu];
+                let was = b.failing(cfg);
+                let failed = b.observe(cfg, signal, trial & TRIAL_SITE != 0);
+                let is = b.failing(cfg);
+                sh.failing = (sh.failing + is as u32) - was as u32;
+                self.judge_incident(site, threshold, now);
+                if let Some(failed) = failed {
+                    let sh = &self.sites[site as usize];
+                    let ejection = if sh.incident.is_some() {
+                        Ejection::Suspended
+                    } else if self.tunnel_ejected + sh.ejected + 1 > cap
+                        || in_service.saturating_sub(self.tunnel_ejected + sh.ejected + 1) < self.cfg.min_in_service
+                    {
+                        // For one site, an exit out for its tunnel is as unavailable as one out
+                        // for the site: both count against the cap.
+                        Ejection::Refused
+                    } else {
+                        Ejection::Allowed
+                    };
+                    let t = self.sites[site as usize].breakers[hu].judge(&self.cfg, failed, now, ejection, jitter);
+                    if let Some(t) = t {
+                        self.site_changed(h, site, t, now);
+                    }
+                }
+            }
+            None if trial & TRIAL_SITE != 0 => self.abandon(h, site, TRIAL_SITE),
+            None => {}
+        }
+    }
+
+    /// Adaptive-weight evidence: did the exit work, and how fast.
+    fn learn(&mut self, h: u32, report: &Report) {
+        let ok = match report.outcome {
+            Outcome::Success | Outcome::TargetError | Outcome::RateLimited => true,
+            Outcome::Other => return,
+            _ => false,
+        };
+        let r = &mut self.recent[h as usize];
+        // RECENT_WINDOW is the width of the bit set, so no mask is needed.
+        r.ok_bits = (r.ok_bits << 1) | ok as u64;
+        r.calls = (r.calls + 1).min(RECENT_WINDOW);
+        if let Some(l) = report.latency {
+            // An exponential average over about the last 20 latencies.
+            r.latency = if r.latencies == 0 { l } else { r.latency + (l - r.latency) * 0.1 };
+            r.latencies = r.latencies.saturating_add(1);
+        }
+    }
+
+    /// How many exits of those in service may be ejected at once: the configured share,
+    /// rounded down, and always at least one.
+    pub fn ejection_cap(&self, in_service: u32) -> u32 {
+        ((self.cfg.max_ejected * in_service as f64).floor() as u32).max(1)
+    }
+
+    fn incident_threshold(&self, in_service: u32) -> u32 {
+        ((self.cfg.incident_fraction * in_service as f64).ceil() as u32).max(self.cfg.incident_min_exits)
+    }
+
+    fn judge_incident(&mut self, site: u32, threshold: u32, now: f64) {
+        let sh = &mut self.sites[site as usize];
+        match sh.incident {
+            None if sh.failing >= threshold => {
+                sh.incident = Some(Incident { opened: now, next_lease: now });
+                sh.incidents += 1;
+                let failing = sh.failing;
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentOpened,
+                    None,
+                    Some(site),
+                    format!("{failing} exits are failing this site at once (threshold {threshold}): the site is at fault; no exit is judged for it and its leases are spaced {} s apart", self.cfg.incident_interval),
+                );
+            }
+            // Hysteresis: it closes only when fewer than half as many still fail.
+            Some(inc) if sh.failing * 2 < threshold => {
+                sh.incident = None;
+                let failing = sh.failing;
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentClosed,
+                    None,
+                    Some(site),
+                    format!("{failing} exits still failing this site; incident over after {:.1} s", now - inc.opened),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn judge_global(&mut self, threshold: u32, now: f64) {
+        match self.global_incident {
+            None if self.tunnel_failing >= threshold => {
+                self.global_incident = Some(now);
+                let n = self.tunnel_failing;
+                self.events.push(now, EventKind::GlobalIncidentOpened, None, None, format!("{n} tunnels are failing at once (threshold {threshold}): the fault is ours (network, probes); no tunnel is judged"));
+            }
+            Some(opened) if self.tunnel_failing * 2 < threshold => {
+                self.global_incident = None;
+                let n = self.tunnel_failing;
+                self.events.push(now, EventKind::GlobalIncidentClosed, None, None, format!("{n} tunnels still failing; over after {:.1} s", now - opened));
+            }
+            _ => {}
+        }
+    }
+
+    fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
+        self.count(t, None);
+        if t.to == State::Quarantined {
+            self.next_poll = self.next_poll.min(self.tunnel[h as usize].until());
+        }
+        self.events.transition(now, h, None, t, &self.cfg);
+    }
+
+    fn site_changed(&mut self, h: u32, site: u32, t: Transition, now: f64) {
+        self.count(t, Some(site));
+        if t.to == State::Quarantined {
+            self.next_poll = self.next_poll.min(self.sites[site as usize].breakers[h as usize].until());
+        }
+        self.events.transition(now, h, Some(site), t, &self.cfg);
+    }
+
+    fn count(&mut self, t: Transition, site: Option<u32>) {
+        let ejected = match site {
+            None => &mut self.tunnel_ejected,
+            Some(s) => &mut self.sites[s as usize].ejected,
+        };
+        *ejected = (*ejected + t.to.is_ejected() as u32) - t.from.is_ejected() as u32;
+        if t.from == State::Probing && t.to == State::Healthy {
+            self.trial_successes += 1;
+        }
+    }
+
+    /// Back to healthy everywhere, by hand or by a probe.
+    pub fn revive(&mut self, h: u32, now: f64) {
+        if let Some(t) = self.tunnel[h as usize].revive(now) {
+            self.count(t, None);
+            self.events.transition(now, h, None, t, &self.cfg);
+        }
+        for s in 0..self.sites.len() {
+            if let Some(b) = self.sites[s].breakers.get_mut(h as usize) {
+                if let Some(t) = b.revive(now) {
+                    self.count(t, Some(s as u32));
+                    self.events.transition(now, h, Some(s as u32), t, &self.cfg);
+                }
+            }
+        }
+    }
+
+    /// An exit left the pool: its breakers no longer count against the cap.
+    pub fn forget(&mut self, h: u32, now: f64) {
+        let fresh = Breaker::new(now);
+        let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());
+        if old.state().is_ejected() {
+            self.tunnel_ejected -= 1;
+        }
+        if old.failing(&self.cfg) {
+            self.tunnel_failing -= 1;
+        }
+        for sh in &mut self.sites {
+            if let Some(b) = sh.breakers.get_mut(h as usize) {
+                let old = std::mem::replace(b, fresh.clone());
+                if old.state().is_ejected() {
+                    sh.ejected -= 1;
+                }
+                if old.failing(&self.cfg) {
+                    sh.failing -= 1;
+                }
+            }
+        }
+        self.recent[h as usize] = Recent::default();
+    }
+
+    pub fn incident_open(&self, site: u32) -> bool {
+        self.sites.get(site as usize).is_some_and(|s| s.incident.is_some())
+    }
+
+    pub fn global_incident_open(&self) -> bool {
+        self.global_incident.is_some()
+    }
+
+    pub fn tunnel_breaker(&self, h: u32) -> &Breaker {
+        &self.tunnel[h as usize]
+    }
+
+    pub fn site_breaker(&self, h: u32, site: u32) -> Option<&Breaker> {
+        self.sites.get(site as usize)?.breakers.get(h as usize)
+    }
+
+    pub fn open_incidents(&self) -> Vec<u32> {
+        (0..self.sites.len() as u32).filter(|&s| self.incident_open(s)).collect()
+    }
+
+    /// Half-open trial leases handed out, and trial runs that ended healthy.
+    pub fn trials(&self) -> (u64, u64) {
+        (self.trials, self.trial_successes)
+    }
+
+    pub fn ejected(&self) -> u32 {
+        self.tunnel_ejected
+    }
+}

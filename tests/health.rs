@@ -1,0 +1,217 @@
+//! The health scenarios from the articles' failure stories, driven through the pool with
+//! synthetic reports on a manual clock.
+
+use exitpool::outcome::ErrorKind;
+use exitpool::pool::{Config, Pool, Refusal};
+use exitpool::{Exit, ManualClock, Report, Strategy};
+use std::sync::Arc;
+
+fn fleet(n: usize, cfg: Config) -> (Pool, ManualClock, Vec<String>) {
+    let clock = ManualClock::new(0.0);
+    let ids: Vec<String> = (0..n).map(|i| format!("e{i}")).collect();
+    let exits = ids.iter().map(|id| Exit::new(id, &format!("http://u:pw@{id}.example:8000"), None, 1, vec![]).unwrap()).collect();
+    (Pool::new(exits, cfg, Arc::new(clock.clone())).unwrap(), clock, ids)
+}
+
+fn rr() -> Config {
+    Config { strategy: Strategy::RoundRobin, seed: Some(3), ..Config::default() }
+}
+
+fn status(s: i64) -> Report {
+    Report::new(Some(s), Some(0.2), false, None, None).unwrap()
+}
+
+fn connect_error() -> Report {
+    Report::new(None, None, false, Some(ErrorKind::Connect), None).unwrap()
+}
+
+fn ejected(p: &Pool, ids: &[String], site: &str) -> usize {
+    ids.iter().filter(|id| p.state(id, Some(site)).unwrap().is_ejected()).count()
+}
+
+#[test]
+fn bad_exit_vs_bad_site() {
+    let (p, clock, ids) = fleet(10, rr());
+    let sites = ["a.example", "b.example", "bad.example"];
+    for step in 0..600 {
+        clock.advance(0.2).unwrap();
+        let site = sites[step % 3];
+        let g = match p.try_acquire(0, None, Some(site)) {
+            Ok(g) => g,
+            Err(Refusal::Cooling { .. }) => continue, // the incident spaces bad.example out
+            Err(e) => panic!("step {step}: {e:?}"),
+        };
+        let report = if g.exit.id == "e3" {
+            connect_error()
+        } else if site == "bad.example" {
+            status(403)
+        } else {
+            status(200)
+        };
+        p.release(g.id, &report);
+    }
+    // The bad exit is out everywhere, for its tunnel.
+    assert!(p.state("e3", None).unwrap().is_ejected(), "{:?}", p.state("e3", None));
+    // No exit was quarantined for the bad site: it was recognised as the site's fault.
+    for id in ids.iter().filter(|id| *id != "e3") {
+        assert!(!p.state(id, Some("bad.example")).unwrap().is_ejected(), "{id} ejected for the site");
+        assert!(!p.state(id, Some("a.example")).unwrap().is_ejected());
+    }
+    let events = p.events(0);
+    let incident = events.iter().find(|e| e.kind == "site_incident_opened").expect("a site incident event");
+    assert_eq!(incident.site.as_deref(), Some("bad.example"));
+    assert!(incident.message.contains("exits are failing this site at once"), "{}", incident.message);
+    assert!(events.iter().any(|e| e.exit_id.as_deref() == Some("e3") && e.to == Some("quarantined") && e.site.is_none()));
+}
+
+#[test]
+fn incident_without_avalanche() {
+    let (p, clock, ids) = fleet(10, rr());
+    let cap = 1; // 10% of 10, and one may always go
+    let mut worst = 0;
+    let mut served_during = 0;
+    for step in 0..400 {
+        clock.advance(0.25).unwrap();
+        let failing = step < 200;
+        match p.try_acquire(0, None, Some("shop.example")) {
+            Ok(g) => {
+                served_during += failing as u32;
+                p.release(g.id, &if failing { status(403) } else { status(200) });
+            }
+            Err(Refusal::Cooling { wait, .. }) => assert!(wait <= 1.0, "slowed, not stopped: {wait}"),
+            Err(e) => panic!("step {step}: {e:?}"),
+        }
+        let now_ejected = ejected(&p, &ids, "shop.example");
+        worst = worst.max(now_ejected);
+        assert!(now_ejected <= cap, "step {step}: {now_ejected} ejected");
+    }
+    assert!(served_during > 0);
+    let kinds: Vec<&str> = p.events(0).iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"site_incident_opened") && kinds.contains(&"site_incident_closed"), "{kinds:?}");
+    // Service resumed: every exit serves the site again.
+    for _ in 0..ids.len() {
+        let g = p.try_acquire(0, None, Some("shop.example")).unwrap();
+        p.release(g.id, &status(200));
+    }
+    assert_eq!(ejected(&p, &ids, "shop.example"), 0);
+    assert!(worst <= cap);
+}
+
+#[test]
+fn everything_failing_everywhere_ejects_nothing() {
+    let (p, clock, ids) = fleet(10, rr());
+    for step in 0..300 {
+        clock.advance(0.1).unwrap();
+        let site = ["a.example", "b.example"][step % 2];
+        if let Ok(g) = p.try_acquire(0, None, Some(site)) {
+            p.release(g.id, &connect_error());
+        }
+        assert_eq!(ids.iter().filter(|id| p.state(id, None).unwrap().is_ejected()).count(), 0, "step {step}");
+    }
+    assert!(p.events(0).iter().any(|e| e.kind == "global_incident_opened"));
+}
+
+#[test]
+fn flapping_exit_does_not_bounce_faster_than_hold_times() {
+    let cfg = rr();
+    let hold = cfg.health.min_hold;
+    let shortest_quarantine = cfg.health.base_ejection * (1.0 - cfg.health.jitter);
+    let (p, clock, _ids) = fleet(4, cfg);
+    let mut flip = false;
+    for _ in 0..3000 {
+        clock.advance(0.5).unwrap();
+        let Ok(g) = p.try_acquire(0, None, Some("s.example")) else { continue };
+        let report = if g.exit.id == "e0" {
+            flip = !flip;
+            if flip { status(200) } else { Report::new(None, None, false, Some(ErrorKind::Timeout), None).unwrap() }
+        } else {
+            status(200)
+        };
+        p.release(g.id, &report);
+    }
+    let changes: Vec<_> = p.events(0).into_iter().filter(|e| e.exit_id.as_deref() == Some("e0") && e.to.is_some()).collect();
+    assert!(changes.len() >= 2, "{changes:?}");
+    let mut quarantines = 0;
+    for pair in changes.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        let stayed = b.time - a.time;
+        match a.to {
+            Some("quarantined") => {
+                quarantines += 1;
+                assert!(stayed >= shortest_quarantine - 1e-9, "left quarantine after {stayed} s: {a:?} -> {b:?}");
+            }
+            Some("healthy") | Some("degraded") if b.to != Some("quarantined") => {
+                assert!(stayed >= hold - 1e-9, "bounced after {stayed} s: {a:?} -> {b:?}");
+            }
+            _ => {}
+        }
+    }
+    // 25 minutes of flapping: quarantines grow (30, 60, 120, ...) so they stay few.
+    assert!(quarantines <= 6, "{quarantines} quarantines");
+}
+
+#[test]
+fn a_session_on_a_quarantined_exit_is_lost_loudly_and_revive_restores() {
+    let (p, clock, _ids) = fleet(5, rr());
+    let g = p.try_acquire(0, Some("acct"), Some("s.example")).unwrap();
+    let home = g.exit.id.clone();
+    p.release(g.id, &connect_error());
+    for _ in 0..4 {
+        clock.advance(1.0).unwrap();
+        let g = p.try_acquire(0, Some("acct"), Some("s.example")).unwrap();
+        assert_eq!(g.exit.id, home);
+        p.release(g.id, &connect_error());
+    }
+    match p.try_acquire(0, Some("acct"), Some("s.example")) {
+        Err(Refusal::SessionExitLost { why, exit_id, .. }) => {
+            assert_eq!(exit_id, home);
+            assert_eq!(why, "its exit is quarantined");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A new session goes to the next exit clockwise, never to the quarantined one.
+    p.end_session("acct");
+    let g = p.try_acquire(0, Some("acct"), Some("s.example")).unwrap();
+    assert_ne!(g.exit.id, home);
+    assert_eq!(g.choice.name(), "ring_next");
+    p.release(g.id, &status(200));
+    p.revive(&home).unwrap();
+    assert_eq!(p.state(&home, None).unwrap().name(), "healthy");
+    p.end_session("acct");
+    assert_eq!(p.try_acquire(0, Some("acct"), Some("s.example")).unwrap().exit.id, home);
+}
+
+#[test]
+fn rate_limited_exit_cools_for_that_site_only() {
+    let (p, clock, _ids) = fleet(1, rr());
+    let g = p.try_acquire(0, None, Some("a.example")).unwrap();
+    p.release(g.id, &Report::new(Some(429), None, false, None, Some(12.0)).unwrap());
+    assert_eq!(
+        p.try_acquire(0, None, Some("a.example")).unwrap_err(),
+        Refusal::Cooling { wait: 12.0, why: "every exit that could serve was rate-limited by this site (429)" }
+    );
+    let g = p.try_acquire(0, None, Some("b.example")).unwrap();
+    p.release(g.id, &status(200));
+    clock.advance(12.0).unwrap();
+    p.try_acquire(0, None, Some("a.example")).unwrap();
+}
+
+#[test]
+fn recalibrate_sets_capacity_from_identities_and_benches_burned_exits() {
+    let (p, _clock, ids) = fleet(3, Config { calibrate: true, ..rr() });
+    for i in 0..200 {
+        let key = format!("acct-{i}");
+        let g = p.try_acquire(0, Some(&key), None).unwrap();
+        let burned = g.exit.id == "e1";
+        p.release(g.id, &status(if burned { 403 } else { 200 }));
+        p.end_session(&key);
+    }
+    let changes = p.recalibrate().unwrap();
+    let by_id = |id: &str| changes.iter().find(|c| c.exit_id == id).cloned();
+    assert_eq!(by_id("e1").unwrap().new, 0, "{changes:?}");
+    assert_eq!(by_id("e0").unwrap().new, 6);
+    assert_eq!(by_id("e2").unwrap().new, 6);
+    assert_eq!(p.exit("e0").unwrap().capacity, 6);
+    assert!(p.members(0).iter().all(|e| e.id != "e1"));
+    let _ = ids;
+}
