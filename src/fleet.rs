@@ -64,6 +64,9 @@ pub struct Fleet {
     tunnel: Vec<Breaker>,
     sites: Vec<SiteHealth>,
     recent: Vec<Recent>,
+    /// Per exit: tunnel state factor x adaptive weight, kept current by every report and
+    /// transition so that a pick reads one number per exit.
+    factor: Vec<f64>,
     tunnel_failing: u32,
     tunnel_ejected: u32,
     global_incident: Option<f64>,
@@ -80,6 +83,7 @@ impl Fleet {
             tunnel: vec![Breaker::new(now); exits],
             sites: vec![SiteHealth::default()],
             recent: vec![Recent::default(); exits],
+            factor: vec![1.0; exits],
             tunnel_failing: 0,
             tunnel_ejected: 0,
             global_incident: None,
@@ -96,6 +100,7 @@ impl Fleet {
         if self.tunnel.len() < n {
             self.tunnel.resize(n, Breaker::new(now));
             self.recent.resize(n, Recent::default());
+            self.factor.resize(n, 1.0);
         }
     }
 
@@ -116,6 +121,7 @@ impl Fleet {
         for h in 0..self.tunnel.len() {
             if let Some(t) = self.tunnel[h].poll(now) {
                 self.tunnel_ejected -= 1;
+                self.refresh(h as u32);
                 self.events.transition(now, h as u32, None, t, &self.cfg);
             }
             if self.tunnel[h].state() == State::Quarantined {
@@ -176,11 +182,15 @@ impl Fleet {
     /// adaptive weight (success rate squared times a latency factor, neutral until enough data).
     #[inline]
     pub fn weight(&self, h: u32, site: u32) -> f64 {
-        let mut w = self.tunnel[h as usize].weight_factor();
-        if let Some(b) = self.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)) {
-            w *= b.weight_factor();
+        let w = self.factor[h as usize];
+        match self.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)) {
+            Some(b) => w * b.weight_factor(),
+            None => w,
         }
-        w * self.adaptive(h)
+    }
+
+    fn refresh(&mut self, h: u32) {
+        self.factor[h as usize] = self.tunnel[h as usize].weight_factor() * self.adaptive(h);
     }
 
     fn adaptive(&self, h: u32) -> f64 {
@@ -251,6 +261,7 @@ impl Fleet {
     pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: u8, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         self.learn(h, report);
+        self.refresh(h);
         if report.outcome == Outcome::RateLimited {
             self.ensure_site(site);
             let sh = &mut self.sites[site as usize];
@@ -404,6 +415,7 @@ impl Fleet {
 
     fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
         self.count(t, None);
+        self.refresh(h);
         if t.to == State::Quarantined {
             self.next_poll = self.next_poll.min(self.tunnel[h as usize].until());
         }
@@ -433,6 +445,7 @@ impl Fleet {
     pub fn revive(&mut self, h: u32, now: f64) {
         if let Some(t) = self.tunnel[h as usize].revive(now) {
             self.count(t, None);
+            self.refresh(h);
             self.events.transition(now, h, None, t, &self.cfg);
         }
         for s in 0..self.sites.len() {
@@ -467,6 +480,7 @@ impl Fleet {
             }
         }
         self.recent[h as usize] = Recent::default();
+        self.refresh(h);
     }
 
     pub fn incident_open(&self, site: u32) -> bool {

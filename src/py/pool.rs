@@ -504,10 +504,11 @@ impl PyLease {
     /// The sync acquire: one try with the GIL held (the common case), then GIL-free waits.
     fn enter(&self, py: Python<'_>) -> PyResult<()> {
         self.check_fresh(py)?;
-        let budget = wait_budget(self.timeout);
-        let started = Instant::now();
         let mut result = self.attempt(py, Duration::ZERO);
         let waited = matches!(result, Err(Refusal::Full));
+        // Clock reads cost tens of nanoseconds here: only a lease that must wait pays them.
+        let budget = wait_budget(self.timeout);
+        let started = Instant::now();
         while matches!(result, Err(Refusal::Full)) {
             let left = budget.saturating_sub(started.elapsed());
             if left.is_zero() {
