@@ -3,6 +3,8 @@
 
 use crate::health::{HealthConfig, State, Transition};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -56,11 +58,13 @@ pub struct Events {
     buf: VecDeque<Event>,
     cap: usize,
     next: u64,
+    /// `next`, readable without the pool's lock, so that "anything new?" costs one load.
+    published: Arc<AtomicU64>,
 }
 
 impl Events {
     pub fn new(cap: usize) -> Events {
-        Events { buf: VecDeque::with_capacity(cap.min(1024)), cap, next: 0 }
+        Events { buf: VecDeque::with_capacity(cap.min(1024)), cap, next: 0, published: Arc::new(AtomicU64::new(0)) }
     }
 
     pub fn push(&mut self, time: f64, kind: EventKind, exit: Option<u32>, site: Option<u32>, message: String) {
@@ -76,6 +80,7 @@ impl Events {
     fn push_event(&mut self, mut e: Event) {
         e.seq = self.next;
         self.next += 1;
+        self.published.store(self.next, Ordering::Release);
         if self.buf.len() == self.cap {
             self.buf.pop_front();
         }
@@ -91,6 +96,11 @@ impl Events {
     /// The sequence number the next event will get.
     pub fn next_seq(&self) -> u64 {
         self.next
+    }
+
+    /// A lock-free view of `next_seq`.
+    pub fn published(&self) -> Arc<AtomicU64> {
+        self.published.clone()
     }
 }
 

@@ -119,8 +119,10 @@ impl Fleet {
         }
         let mut next = f64::INFINITY;
         for h in 0..self.tunnel.len() {
+            let was = self.tunnel[h].failing(&self.cfg);
             if let Some(t) = self.tunnel[h].poll(now) {
-                self.tunnel_ejected -= 1;
+                // Reports from leases taken before the quarantine may have counted meanwhile.
+                self.tunnel_failing -= was as u32;
                 self.refresh(h as u32);
                 self.events.transition(now, h as u32, None, t, &self.cfg);
             }
@@ -130,8 +132,9 @@ impl Fleet {
         }
         for s in 0..self.sites.len() {
             for h in 0..self.sites[s].breakers.len() {
+                let was = self.sites[s].breakers[h].failing(&self.cfg);
                 if let Some(t) = self.sites[s].breakers[h].poll(now) {
-                    self.sites[s].ejected -= 1;
+                    self.sites[s].failing -= was as u32;
                     self.events.transition(now, h as u32, Some(s as u32), t, &self.cfg);
                 }
                 if self.sites[s].breakers[h].state() == State::Quarantined {
@@ -290,7 +293,11 @@ impl Fleet {
                     } else {
                         Ejection::Allowed
                     };
-                    if let Some(t) = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter) {
+                    let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
+                    // A state change starts the breaker afresh: keep the failing count true.
+                    let after = self.tunnel[hu].failing(&self.cfg);
+                    self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
+                    if let Some(t) = t {
                         self.tunnel_changed(h, t, now);
                     }
                 }
@@ -328,6 +335,9 @@ impl Fleet {
                         Ejection::Allowed
                     };
                     let t = self.sites[site as usize].breakers[hu].judge(&self.cfg, failed, now, ejection, jitter);
+                    let sh = &mut self.sites[site as usize];
+                    let after = sh.breakers[hu].failing(&self.cfg);
+                    sh.failing = (sh.failing + after as u32) - is as u32;
                     if let Some(t) = t {
                         self.site_changed(h, site, t, now);
                     }
@@ -435,7 +445,7 @@ impl Fleet {
             None => &mut self.tunnel_ejected,
             Some(s) => &mut self.sites[s as usize].ejected,
         };
-        *ejected = (*ejected + t.to.is_ejected() as u32) - t.from.is_ejected() as u32;
+        *ejected = (*ejected + t.to.holds_a_cap_slot() as u32) - t.from.holds_a_cap_slot() as u32;
         if t.from == State::Probing && t.to == State::Healthy {
             self.trial_successes += 1;
         }
@@ -443,6 +453,14 @@ impl Fleet {
 
     /// Back to healthy everywhere, by hand or by a probe.
     pub fn revive(&mut self, h: u32, now: f64) {
+        if self.tunnel[h as usize].failing(&self.cfg) {
+            self.tunnel_failing -= 1;
+        }
+        for sh in &mut self.sites {
+            if sh.breakers.get(h as usize).is_some_and(|b| b.failing(&self.cfg)) {
+                sh.failing -= 1;
+            }
+        }
         if let Some(t) = self.tunnel[h as usize].revive(now) {
             self.count(t, None);
             self.refresh(h);
@@ -462,7 +480,7 @@ impl Fleet {
     pub fn forget(&mut self, h: u32, now: f64) {
         let fresh = Breaker::new(now);
         let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());
-        if old.state().is_ejected() {
+        if old.state().holds_a_cap_slot() {
             self.tunnel_ejected -= 1;
         }
         if old.failing(&self.cfg) {
@@ -471,7 +489,7 @@ impl Fleet {
         for sh in &mut self.sites {
             if let Some(b) = sh.breakers.get_mut(h as usize) {
                 let old = std::mem::replace(b, fresh.clone());
-                if old.state().is_ejected() {
+                if old.state().holds_a_cap_slot() {
                     sh.ejected -= 1;
                 }
                 if old.failing(&self.cfg) {

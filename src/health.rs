@@ -38,9 +38,15 @@ impl State {
         }
     }
 
-    /// Out of service: counted against the ejection cap.
+    /// Out of service.
     pub fn is_ejected(self) -> bool {
         matches!(self, State::Quarantined | State::Dead)
+    }
+
+    /// Counted against the ejection cap: out of service, or back only on trial. Counting a
+    /// probing exit means a failed trial, which sends it straight back, never breaks the cap.
+    pub fn holds_a_cap_slot(self) -> bool {
+        matches!(self, State::Quarantined | State::Dead | State::Probing)
     }
 
     pub const ALL: [State; 5] = [State::Healthy, State::Degraded, State::Probing, State::Quarantined, State::Dead];
@@ -235,8 +241,9 @@ impl Signal {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Reason {
     ConsecutiveFailures(f64),
-    FailureRate(f64),
-    CaptchaRate(f64),
+    /// The rate and the number of calls it was judged over.
+    FailureRate(f64, u32),
+    CaptchaRate(f64, u32),
     ConsecutiveCaptchas(u32),
     Recovered(u32),
     BackoffOver(f64),
@@ -252,8 +259,8 @@ impl Reason {
     pub fn describe(&self, cfg: &HealthConfig) -> String {
         match *self {
             Reason::ConsecutiveFailures(n) => format!("{n} weighted consecutive failures (threshold {})", cfg.consecutive),
-            Reason::FailureRate(r) => format!("failure rate {:.0}% over the last {} calls (threshold {:.0}%)", r * 100.0, cfg.window, cfg.failure_rate * 100.0),
-            Reason::CaptchaRate(r) => format!("captcha rate {:.0}% over the last {} calls (threshold {:.0}%)", r * 100.0, cfg.window, cfg.captcha_rate * 100.0),
+            Reason::FailureRate(r, n) => format!("failure rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.failure_rate * 100.0),
+            Reason::CaptchaRate(r, n) => format!("captcha rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.captcha_rate * 100.0),
             Reason::ConsecutiveCaptchas(n) => format!("{n} consecutive captchas"),
             Reason::Recovered(n) => format!("{n} consecutive successes"),
             Reason::BackoffOver(s) => format!("quarantine of {s:.1} s is over"),
@@ -457,6 +464,13 @@ impl Breaker {
     /// Second half of `record`: the state change the counted evidence calls for.
     pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
         if ejection == Ejection::Suspended {
+            // Evidence gathered while someone else is at fault must not be held against the
+            // exit once the incident is over: only the site-failing count survives.
+            self.strikes = 0.0;
+            self.captchas = 0;
+            self.fail_bits = 0;
+            self.captcha_bits = 0;
+            self.calls = 0;
             return None;
         }
         match self.state {
@@ -517,11 +531,11 @@ impl Breaker {
             let n = self.calls as f64;
             let captcha_rate = self.captcha_bits.count_ones() as f64 / n;
             if captcha_rate >= cfg.captcha_rate {
-                return Some(Reason::CaptchaRate(captcha_rate));
+                return Some(Reason::CaptchaRate(captcha_rate, self.calls));
             }
             let failure_rate = self.fail_bits.count_ones() as f64 / n;
             if failure_rate >= cfg.failure_rate {
-                return Some(Reason::FailureRate(failure_rate));
+                return Some(Reason::FailureRate(failure_rate, self.calls));
             }
         }
         None
@@ -547,13 +561,7 @@ impl Breaker {
         // judges from a clean slate, since the old window describes the state being left.
         let same_service = matches!((from, to), (State::Healthy, State::Degraded) | (State::Degraded, State::Healthy));
         if !same_service {
-            self.strikes = 0.0;
-            self.site_strikes = 0.0;
-            self.captchas = 0;
-            self.successes = 0;
-            self.fail_bits = 0;
-            self.captcha_bits = 0;
-            self.calls = 0;
+            self.clear();
         }
         if to == State::Healthy {
             self.forgiven_at = now;
@@ -566,11 +574,21 @@ impl Breaker {
 
     /// Back in service by hand or by a probe: healthy, the failed-return count cleared.
     pub fn revive(&mut self, now: f64) -> Option<Transition> {
-        if self.state == State::Healthy {
-            return None;
-        }
         self.failed_returns = 0;
-        Some(self.enter(State::Healthy, now, Reason::Revived))
+        let t = (self.state != State::Healthy).then(|| self.enter(State::Healthy, now, Reason::Revived));
+        self.clear();
+        t
+    }
+
+    /// Forgets the evidence: counters and window (not the repeat count, which is history).
+    fn clear(&mut self) {
+        self.strikes = 0.0;
+        self.site_strikes = 0.0;
+        self.captchas = 0;
+        self.successes = 0;
+        self.fail_bits = 0;
+        self.captcha_bits = 0;
+        self.calls = 0;
     }
 
     /// Seconds spent out of service, counting a quarantine still running.

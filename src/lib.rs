@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod hash;
 pub mod health;
 pub mod lease;
+pub mod metrics;
 pub mod outcome;
 pub mod pool;
 pub mod proxy;

@@ -12,6 +12,7 @@ use crate::exit::Exit;
 use crate::fleet::{Admit, Fleet};
 use crate::health::{HealthConfig, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
+use crate::metrics::{Tally, Waits};
 use crate::outcome::{Report, OUTCOMES};
 use crate::ring::{Ring, DEFAULT_SALT};
 use crate::select::{Members, NoPick, Selector, Strategy};
@@ -95,6 +96,9 @@ pub enum Refusal {
     Full,
     /// The view has no exit in service at all.
     NoExits,
+    /// Every exit that could serve is quarantined or dead for this lease's site: waiting
+    /// for a release would not help.
+    OutOfService,
     /// Slow down for this site: retry after `wait` seconds. `why` says which rule asked.
     Cooling { wait: f64, why: &'static str },
     /// The key's pairing with its exit is new and must wait this long.
@@ -162,8 +166,7 @@ struct ExitSlot {
     active: u32,
     benched: bool,
     removed: bool,
-    leases: u64,
-    outcomes: [u64; 8],
+    tally: Tally,
 }
 
 struct View {
@@ -199,12 +202,18 @@ struct State {
     rng: SmallRng,
     counts: Counts,
     waiters: u32,
+    /// Per site, per exit handle: that pair's counts and latencies.
+    site_tallies: Vec<Vec<Tally>>,
+    waits: Waits,
+    rate_prev: (f64, u64),
+    rate_mark: (f64, u64),
 }
 
 pub struct Pool {
     state: Mutex<State>,
     freed: Condvar,
     clock: Arc<dyn Clock>,
+    events_published: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The view's members as the selection strategies see them.
@@ -274,6 +283,7 @@ pub struct Recalibration {
 #[derive(Debug, Clone)]
 pub struct ExitView {
     pub exit: Arc<Exit>,
+    /// The tunnel's state: the exit's state for every site.
     pub state: Health,
     pub state_since: f64,
     pub quarantines: u32,
@@ -281,14 +291,54 @@ pub struct ExitView {
     pub active: u32,
     pub benched: bool,
     pub sessions: u32,
-    pub leases: u64,
-    pub outcomes: [u64; 8],
+    pub tally: Tally,
+    /// The share of its capacity the exit gets now (health and adaptive weight).
+    pub weight: f64,
+}
+
+/// One cell of the exit x site matrix.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub state: Health,
+    pub tally: Tally,
+    pub quarantines: u32,
+    pub quarantined_seconds: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SiteView {
+    pub site: String,
+    pub incident: bool,
+    /// Indexed like `Snapshot::exits`; `None` where the exit has not served the site.
+    pub cells: Vec<Option<Cell>>,
+}
+
+/// Pool-wide figures.
+#[derive(Debug, Clone, Default)]
+pub struct PoolFigures {
+    /// Exits per health state, in `Health::ALL` order (benched exits counted too).
+    pub states: [u32; 5],
+    pub in_service: u32,
+    pub benched: u32,
+    /// Leases per second over the last one to two minutes.
+    pub throughput: f64,
+    /// Gini coefficient of leases over the exits in service.
+    pub gini: f64,
+    pub ejected_fraction: f64,
+    pub trials: u64,
+    pub trials_recovered: u64,
+    pub wait_p50: f64,
+    pub wait_p99: f64,
+    pub incidents: Vec<String>,
+    pub global_incident: bool,
 }
 
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub now: f64,
     pub exits: Vec<ExitView>,
+    pub sites: Vec<SiteView>,
+    pub pool: PoolFigures,
     pub sessions: usize,
     pub live_leases: usize,
     pub counts: Counts,
@@ -315,7 +365,7 @@ impl Pool {
         }
         let slots: Vec<ExitSlot> = exits
             .into_iter()
-            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] })
+            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, benched: false, removed: false, tally: Tally::default() })
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let fleet = Fleet::new(cfg.health.clone(), slots.len(), clock.now());
@@ -335,9 +385,14 @@ impl Pool {
             rng,
             counts: Counts::default(),
             waiters: 0,
+            site_tallies: Vec::new(),
+            waits: Waits::default(),
+            rate_prev: (0.0, 0),
+            rate_mark: (0.0, 0),
         };
         state.view(Vec::new())?;
-        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock })
+        let events_published = state.fleet.events.published();
+        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published })
     }
 
     pub fn now(&self) -> f64 {
@@ -361,6 +416,9 @@ impl Pool {
         let mut st = self.state.lock();
         let wake = st.expire(now) && st.waiters > 0;
         let r = st.attempt(view, key, site, now);
+        if r.is_ok() {
+            st.waits.immediate += 1;
+        }
         drop(st);
         if wake {
             self.freed.notify_all();
@@ -375,6 +433,8 @@ impl Pool {
         if let Ok(g) = &r {
             if g.waited > 0.0 {
                 self.record_wait(g.waited);
+            } else {
+                self.state.lock().waits.immediate += 1;
             }
         }
         r
@@ -383,8 +443,10 @@ impl Pool {
     /// Counts one lease that had to wait `seconds` for its slot. For callers that wait in
     /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
     pub fn record_wait(&self, seconds: f64) {
-        let _ = seconds;
-        self.state.lock().counts.waits += 1;
+        let mut st = self.state.lock();
+        st.counts.waits += 1;
+        st.waits.waited.record(seconds);
+        st.waits.waited_total += 1;
     }
 
     /// One bounded wait, counting nothing: `Grant::waited` is 0 when no wait was needed.
@@ -432,7 +494,10 @@ impl Pool {
             Some(rec) => {
                 let slot = &mut st.exits[rec.exit as usize];
                 slot.active -= 1;
-                slot.outcomes[report.outcome as usize] += 1;
+                slot.tally.record(report.outcome, report.latency);
+                if rec.site != 0 {
+                    st.site_tally(rec.site, rec.exit).record(report.outcome, report.latency);
+                }
                 st.counts.released += 1;
                 st.counts.outcomes[report.outcome as usize] += 1;
                 if rec.identity != 0 {
@@ -471,11 +536,13 @@ impl Pool {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
+        let keys = st.sessions.keys_on(h, now);
         if !st.exits[h as usize].benched {
             st.exits[h as usize].benched = true;
             st.leave_views(h)?;
+            st.fleet.events.push(now, EventKind::Benched, Some(h), None, format!("benched: no new sessions; {} live sessions drain", keys.len()));
         }
-        Ok(st.sessions.keys_on(h, now))
+        Ok(keys)
     }
 
     pub fn unbench(&self, exit_id: &str) -> Result<()> {
@@ -484,6 +551,8 @@ impl Pool {
         if st.exits[h as usize].benched {
             st.exits[h as usize].benched = false;
             st.join_views(h)?;
+            let now = self.clock.now();
+            st.fleet.events.push(now, EventKind::Unbenched, Some(h), None, "back in the ring".to_owned());
         }
         Ok(())
     }
@@ -512,7 +581,7 @@ impl Pool {
                 let h = st.exits.len() as u32;
                 st.fleet.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, benched: false, removed: false, leases: 0, outcomes: [0; 8] });
+                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, benched: false, removed: false, tally: Tally::default() });
                 h
             }
         };
@@ -584,6 +653,12 @@ impl Pool {
         Ok(())
     }
 
+    /// The sequence number the next event will get, without taking the pool's lock.
+    #[inline]
+    pub fn event_seq(&self) -> u64 {
+        self.events_published.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Events with a sequence number of at least `since`, oldest first.
     pub fn events(&self, since: u64) -> Vec<EventView> {
         let st = self.state.lock();
@@ -651,38 +726,84 @@ impl Pool {
 
     pub fn snapshot(&self) -> Snapshot {
         let now = self.clock.now();
-        let mut st = self.state.lock();
-        if st.expire(now) && st.waiters > 0 {
+        let mut guard = self.state.lock();
+        if guard.expire(now) && guard.waiters > 0 {
             self.freed.notify_all();
         }
-        let st = &*st;
+        guard.fleet.poll(now);
+        // Throughput is measured between marks at least a minute apart.
+        let acquired = guard.counts.acquired;
+        if now - guard.rate_mark.0 >= 60.0 {
+            guard.rate_prev = guard.rate_mark;
+            guard.rate_mark = (now, acquired);
+        }
+        let st = &*guard;
         let mut sessions_per_exit = vec![0u32; st.exits.len()];
         for (_, s) in st.sessions.iter() {
             if s.expires > now {
                 sessions_per_exit[s.exit as usize] += 1;
             }
         }
-        let exits = st
-            .exits
+        let listed: Vec<u32> = (0..st.exits.len() as u32).filter(|&h| !st.exits[h as usize].removed).collect();
+        let exits: Vec<ExitView> = listed
             .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.removed)
-            .map(|(h, s)| ExitView {
-                exit: s.exit.clone(),
-                state: st.fleet.state(h as u32, None),
-                state_since: st.fleet.tunnel_breaker(h as u32).since(),
-                quarantines: st.fleet.tunnel_breaker(h as u32).quarantines,
-                quarantined_seconds: st.fleet.tunnel_breaker(h as u32).total_quarantined(now),
-                active: s.active,
-                benched: s.benched,
-                sessions: sessions_per_exit[h],
-                leases: s.leases,
-                outcomes: s.outcomes,
+            .map(|&h| {
+                let s = &st.exits[h as usize];
+                let b = st.fleet.tunnel_breaker(h);
+                ExitView {
+                    exit: s.exit.clone(),
+                    state: b.state(),
+                    state_since: b.since(),
+                    quarantines: b.quarantines,
+                    quarantined_seconds: b.total_quarantined(now),
+                    active: s.active,
+                    benched: s.benched,
+                    sessions: sessions_per_exit[h as usize],
+                    tally: s.tally.clone(),
+                    weight: st.fleet.weight(h, 0),
+                }
             })
             .collect();
+        let sites: Vec<SiteView> = (1..st.site_names.len() as u32)
+            .map(|site| SiteView {
+                site: st.site_names[site as usize].to_string(),
+                incident: st.fleet.incident_open(site),
+                cells: listed
+                    .iter()
+                    .map(|&h| {
+                        let tally = st.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)).filter(|t| t.reports() > 0)?;
+                        let b = st.fleet.site_breaker(h, site);
+                        Some(Cell {
+                            state: st.fleet.state(h, Some(site)),
+                            tally: tally.clone(),
+                            quarantines: b.map_or(0, |b| b.quarantines),
+                            quarantined_seconds: b.map_or(0.0, |b| b.total_quarantined(now)),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mut figures = PoolFigures::default();
+        for e in &exits {
+            figures.states[Health::ALL.iter().position(|s| *s == e.state).unwrap_or(0)] += 1;
+            figures.benched += e.benched as u32;
+        }
+        figures.in_service = st.views[0].members.len() as u32;
+        let (t0, a0) = st.rate_prev;
+        figures.throughput = if now > t0 { (acquired - a0) as f64 / (now - t0) } else { 0.0 };
+        let mut loads: Vec<u64> = st.views[0].members.iter().map(|&h| st.exits[h as usize].tally.leases).collect();
+        figures.gini = crate::metrics::gini(&mut loads);
+        figures.ejected_fraction = if figures.in_service == 0 { 0.0 } else { st.fleet.ejected() as f64 / figures.in_service as f64 };
+        (figures.trials, figures.trials_recovered) = st.fleet.trials();
+        figures.wait_p50 = st.waits.quantile(0.5);
+        figures.wait_p99 = st.waits.quantile(0.99);
+        figures.incidents = st.fleet.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
+        figures.global_incident = st.fleet.global_incident_open();
         Snapshot {
             now,
             exits,
+            sites,
+            pool: figures,
             sessions: sessions_per_exit.iter().map(|&n| n as usize).sum(),
             live_leases: st.leases.live(),
             counts: st.counts.clone(),
@@ -691,6 +812,17 @@ impl Pool {
 }
 
 impl State {
+    fn site_tally(&mut self, site: u32, h: u32) -> &mut Tally {
+        if self.site_tallies.len() <= site as usize {
+            self.site_tallies.resize_with(site as usize + 1, Vec::new);
+        }
+        let row = &mut self.site_tallies[site as usize];
+        if row.len() <= h as usize {
+            row.resize_with(h as usize + 1, Tally::default);
+        }
+        &mut row[h as usize]
+    }
+
     fn handle(&self, exit_id: &str) -> Result<u32> {
         match self.by_id.get(exit_id) {
             Some(&h) if !self.exits[h as usize].removed => Ok(h),
@@ -818,13 +950,24 @@ impl State {
         if let Some(h) = v.ring.walk(key).find(|&h| admitted(h)) {
             return Ok((h, Choice::Next));
         }
-        let cooling = v.ring.walk(key).filter_map(|h| match self.fleet.admits(h, site, now) {
-            Admit::Cooling(until) => Some(until - now),
-            _ => None,
-        });
-        match cooling.fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.min(w)))) {
-            Some(wait) => Err(Refusal::Cooling { wait, why: RATE_LIMITED_ALL }),
-            None => Err(Refusal::Full),
+        Err(self.why_none(view, site, now))
+    }
+
+    /// Why no member of the view could take a lease: cooling (retry later), full (a release
+    /// will free a slot, or a probing exit's trial will come back), or out of service.
+    fn why_none(&self, view: u32, site: u32, now: f64) -> Refusal {
+        if let Some(wait) = self.soonest_cool(view, site, now) {
+            return Refusal::Cooling { wait, why: RATE_LIMITED_ALL };
+        }
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
+        let waitable = self.views[view as usize]
+            .members
+            .iter()
+            .any(|&h| self.exits[h as usize].active >= max_leases || self.fleet.state(h, Some(site)) == Health::Probing);
+        if waitable {
+            Refusal::Full
+        } else {
+            Refusal::OutOfService
         }
     }
 
@@ -879,6 +1022,7 @@ impl State {
                 }
                 if let Some(cfg) = &self.cfg.warmup {
                     if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
+                        self.fleet.events.push(now, EventKind::WarmingUp, Some(h), (site != 0).then_some(site), format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"));
                         return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
                     }
                 }
@@ -900,9 +1044,7 @@ impl State {
                     Ok(m) => m,
                     Err(NoPick::Cooling(wait)) => return Err(Refusal::Cooling { wait, why: LRU_COOLDOWN }),
                     Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
-                    Err(NoPick::Nothing) => {
-                        return Err(self.soonest_cool(view, site, now).map_or(Refusal::Full, |wait| Refusal::Cooling { wait, why: RATE_LIMITED_ALL }))
-                    }
+                    Err(NoPick::Nothing) => return Err(self.why_none(view, site, now)),
                 };
                 let h = v.members[m];
                 if lru {
@@ -915,7 +1057,7 @@ impl State {
         let trial = self.fleet.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
         slot.active += 1;
-        slot.leases += 1;
+        slot.tally.leases += 1;
         let exit = slot.exit.clone();
         let identity = match key {
             Some(k) if self.cfg.calibrate => identity_of(k),

@@ -8,6 +8,8 @@
 True
 """
 
+import logging as _logging
+
 from ._core import DEFAULT_REPLICAS, Exit, Lease, ManualClock, Pool, Ring, __version__
 from ._errors import (
     Cooling,
@@ -19,6 +21,9 @@ from ._errors import (
     WarmingUp,
 )
 from ._exits import load_exits
+
+# Library etiquette: silent unless the application configures logging.
+_logging.getLogger("exitpool").addHandler(_logging.NullHandler())
 
 __all__ = [
     "DEFAULT_REPLICAS",

@@ -41,6 +41,9 @@ pub fn refusal_to_py(py: Python<'_>, r: Refusal, what: &str, timeout: Option<f64
     let made = match r {
         Refusal::Full => return no_exit_available(py, full_message(what, timeout)),
         Refusal::NoExits => return no_exit_available(py, format!("{what} has no exit in service")),
+        Refusal::OutOfService => {
+            return no_exit_available(py, format!("every exit of {what} that could serve this lease is quarantined or dead for its site"))
+        }
         Refusal::Cooling { wait, why } => {
             cooling_class(py).map(|c| PyErr::from_type(c.clone(), (format!("{what}: {why}; retry after {wait:.3} s"), wait)))
         }

@@ -12,9 +12,11 @@ use crate::lease::LeaseId;
 use crate::outcome::{ErrorKind, Report, OUTCOMES};
 use crate::pool::{Config, Grant, Pool, Refusal};
 use crate::select::Strategy;
-use crate::health::HealthConfig;
+use crate::health::{HealthConfig, State as Health};
+use crate::metrics::Tally;
 use crate::warmup::WarmupConfig;
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
@@ -27,6 +29,53 @@ pub struct PyPool {
     view: u32,
     /// How messages name this pool or subset.
     what: Arc<str>,
+    dispatch: Arc<Dispatch>,
+}
+
+/// Hands new events to the `exitpool` logger and the `on_event` callbacks, once each.
+#[derive(Default)]
+struct Dispatch {
+    listeners: Mutex<Vec<Py<PyAny>>>,
+    delivered: AtomicU64,
+}
+
+impl Dispatch {
+    /// Costs one atomic load when nothing happened, which is nearly always.
+    #[inline]
+    fn deliver(&self, py: Python<'_>, core: &Pool) {
+        let seq = core.event_seq();
+        let from = self.delivered.load(Ordering::Acquire);
+        if seq <= from || self.delivered.compare_exchange(from, seq, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return;
+        }
+        // Delivery must never fail the call that triggered it.
+        let _ = self.deliver_range(py, core, from);
+    }
+
+    fn deliver_range(&self, py: Python<'_>, core: &Pool, from: u64) -> PyResult<()> {
+        static DELIVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let events = events_list(py, core, from)?;
+        let listeners: Vec<Py<PyAny>> = self.listeners.lock().iter().map(|l| l.clone_ref(py)).collect();
+        DELIVER.import(py, "exitpool._events", "_deliver")?.call1((listeners, events))?;
+        Ok(())
+    }
+}
+
+fn events_list<'py>(py: Python<'py>, core: &Pool, since: u64) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for e in core.events(since) {
+        let d = PyDict::new(py);
+        d.set_item("seq", e.seq)?;
+        d.set_item("time", e.time)?;
+        d.set_item("kind", e.kind)?;
+        d.set_item("exit_id", e.exit_id)?;
+        d.set_item("site", e.site)?;
+        d.set_item("from", e.from)?;
+        d.set_item("to", e.to)?;
+        d.set_item("message", e.message)?;
+        out.append(d)?;
+    }
+    Ok(out)
 }
 
 fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
@@ -184,7 +233,7 @@ impl PyPool {
         };
         let exits = extract_exits(py, exits)?;
         let core = py.detach(move || Pool::new(exits, cfg, clock)).py_err(py)?;
-        Ok(PyPool { core: Arc::new(core), view: 0, what: "the pool".into() })
+        Ok(PyPool { core: Arc::new(core), view: 0, what: "the pool".into(), dispatch: Arc::default() })
     }
 
     /// A context manager (`with` and `async with`) that leases an exit for `key`.
@@ -192,6 +241,7 @@ impl PyPool {
     fn lease(&self, py: Python<'_>, key: Option<Bound<'_, PyString>>, site: Option<Bound<'_, PyString>>, timeout: Option<f64>) -> PyResult<PyLease> {
         Ok(PyLease {
             core: self.core.clone(),
+            dispatch: self.dispatch.clone(),
             view: self.view,
             what: self.what.clone(),
             key: key.map(Bound::unbind),
@@ -230,7 +280,7 @@ impl PyPool {
         if status.is_some() || latency.is_some() || captcha || error.is_some() || retry_after.is_some() {
             lease.record(py, status, latency, captcha, error, retry_after)?;
         }
-        Ok(lease.finish(None))
+        Ok(lease.finish(py, None))
     }
 
     /// Where `key` lives now (its live session's exit, else its ring exit), without leasing.
@@ -243,12 +293,12 @@ impl PyPool {
     /// Stops new sessions on the exit; live ones drain. Returns the keys of the live sessions,
     /// which will move when they end.
     fn bench(&self, py: Python<'_>, exit_id: &str) -> PyResult<Vec<String>> {
-        self.core.bench(exit_id).py_err(py)
+        self.core.bench(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// Puts a benched exit back in service.
     fn unbench(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
-        self.core.unbench(exit_id).py_err(py)
+        self.core.unbench(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// Ends the key's sticky session; returns whether there was one.
@@ -293,7 +343,7 @@ impl PyPool {
             format!("subset({})", parts.join(", "))
         };
         let view = self.core.subset(filter).py_err(py)?;
-        Ok(PyPool { core: self.core.clone(), view, what: what.into() })
+        Ok(PyPool { core: self.core.clone(), view, what: what.into(), dispatch: self.dispatch.clone() })
     }
 
     /// The exits in service in this pool or subset.
@@ -316,33 +366,33 @@ impl PyPool {
 
     /// Puts an exit back in service (healthy) everywhere, whatever its state.
     fn revive(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
-        self.core.revive(exit_id).py_err(py)
+        self.core.revive(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// The events kept in the buffer (the last 1,000) with `seq >= since`, oldest first.
     #[pyo3(signature = (since=None))]
     fn events<'py>(&self, py: Python<'py>, since: Option<u64>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for e in self.core.events(since.unwrap_or(0)) {
-            let d = PyDict::new(py);
-            d.set_item("seq", e.seq)?;
-            d.set_item("time", e.time)?;
-            d.set_item("kind", e.kind)?;
-            d.set_item("exit_id", e.exit_id)?;
-            d.set_item("site", e.site)?;
-            d.set_item("from", e.from)?;
-            d.set_item("to", e.to)?;
-            d.set_item("message", e.message)?;
-            out.append(d)?;
+        self.dispatch.deliver(py, &self.core);
+        events_list(py, &self.core, since.unwrap_or(0))
+    }
+
+    /// Calls `fn(event)` for every event from now on (after the call that produced it);
+    /// returns `fn`, so it works as a decorator. A raising callback is logged, never raised.
+    fn on_event(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        if !callback.bind(py).is_callable() {
+            return Err(invalid_input(py, format!("on_event takes a callable, got {}", callback.bind(py).repr()?)));
         }
-        Ok(out)
+        self.dispatch.listeners.lock().push(callback.clone_ref(py));
+        Ok(callback)
     }
 
     /// Sets capacities from the last 24 h of measurement (needs `calibrate=True`); returns the
     /// changes, an exit whose new capacity is 0 having been benched.
     fn recalibrate<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for c in self.core.recalibrate().py_err(py)? {
+        let changes = self.core.recalibrate().py_err(py)?;
+        self.dispatch.deliver(py, &self.core);
+        for c in changes {
             let d = PyDict::new(py);
             d.set_item("exit_id", c.exit_id)?;
             d.set_item("old", c.old)?;
@@ -359,15 +409,25 @@ impl PyPool {
         self.core.now()
     }
 
-    /// Everything the pool knows, as plain data (JSON-serialisable).
+    /// Everything the pool knows, as plain data (JSON-serialisable); the schema is the
+    /// `Snapshot` TypedDict in the stubs.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let snap = self.core.snapshot();
+        self.dispatch.deliver(py, &self.core);
         let names = OUTCOMES.map(|o| o.name());
         let outcomes = |counts: &[u64; 8]| -> PyResult<Bound<'py, PyDict>> {
             let d = PyDict::new(py);
             for (name, n) in names.iter().zip(counts) {
                 d.set_item(*name, *n)?;
             }
+            Ok(d)
+        };
+        let latency = |t: &Tally| -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            d.set_item("p50", t.latency.quantile(0.5))?;
+            d.set_item("p95", t.latency.quantile(0.95))?;
+            d.set_item("p99", t.latency.quantile(0.99))?;
+            d.set_item("count", t.latency.count())?;
             Ok(d)
         };
         let exits = PyList::empty(py);
@@ -384,15 +444,92 @@ impl PyPool {
             d.set_item("tags", tags)?;
             d.set_item("state", e.state.name())?;
             d.set_item("state_since", e.state_since)?;
+            d.set_item("time_in_state", snap.now - e.state_since)?;
             d.set_item("quarantines", e.quarantines)?;
             d.set_item("quarantined_seconds", e.quarantined_seconds)?;
             d.set_item("benched", e.benched)?;
             d.set_item("active_leases", e.active)?;
             d.set_item("sessions", e.sessions)?;
-            d.set_item("leases", e.leases)?;
-            d.set_item("outcomes", outcomes(&e.outcomes)?)?;
+            d.set_item("leases", e.tally.leases)?;
+            d.set_item("outcomes", outcomes(&e.tally.outcomes)?)?;
+            let rates = e.tally.recent_rates();
+            d.set_item("success_rate", rates.map(|r| r.0))?;
+            d.set_item("captcha_rate", rates.map(|r| r.1))?;
+            d.set_item("latency", latency(&e.tally)?)?;
+            d.set_item("weight", e.weight)?;
             exits.append(d)?;
         }
+        // The exit x site matrix, compact: one row per exit (in `exits` order), one cell per
+        // site, each cell a list in `columns` order or None where the exit has not served the site.
+        let matrix = PyDict::new(py);
+        matrix.set_item("exits", snap.exits.iter().map(|e| e.exit.id.as_str()).collect::<Vec<_>>())?;
+        matrix.set_item("sites", snap.sites.iter().map(|s| s.site.as_str()).collect::<Vec<_>>())?;
+        matrix.set_item("columns", ["state", "reports", "success_rate", "captcha_rate", "p50", "p95", "p99", "quarantines"])?;
+        let rows = PyList::empty(py);
+        for i in 0..snap.exits.len() {
+            let row = PyList::empty(py);
+            for site in &snap.sites {
+                match &site.cells[i] {
+                    None => row.append(py.None())?,
+                    Some(c) => {
+                        let rates = c.tally.recent_rates();
+                        let cell = (
+                            c.state.name(),
+                            c.tally.reports(),
+                            rates.map(|r| r.0),
+                            rates.map(|r| r.1),
+                            c.tally.latency.quantile(0.5),
+                            c.tally.latency.quantile(0.95),
+                            c.tally.latency.quantile(0.99),
+                            c.quarantines,
+                        );
+                        row.append(PyList::new(py, cell.into_pyobject(py)?.iter())?)?;
+                    }
+                }
+            }
+            rows.append(row)?;
+        }
+        matrix.set_item("cells", rows)?;
+        let sites = PyList::empty(py);
+        for s in &snap.sites {
+            let d = PyDict::new(py);
+            d.set_item("site", &s.site)?;
+            d.set_item("incident", s.incident)?;
+            let mut total = [0u64; 8];
+            for c in s.cells.iter().flatten() {
+                for (t, n) in total.iter_mut().zip(c.tally.outcomes) {
+                    *t += n;
+                }
+            }
+            d.set_item("outcomes", outcomes(&total)?)?;
+            sites.append(d)?;
+        }
+        let f = &snap.pool;
+        let pool = PyDict::new(py);
+        pool.set_item("exits", snap.exits.len())?;
+        pool.set_item("in_service", f.in_service)?;
+        pool.set_item("benched", f.benched)?;
+        let states = PyDict::new(py);
+        for (s, n) in Health::ALL.iter().zip(f.states) {
+            states.set_item(s.name(), n)?;
+        }
+        pool.set_item("states", states)?;
+        pool.set_item("throughput", f.throughput)?;
+        pool.set_item("gini", f.gini)?;
+        pool.set_item("ejected_fraction", f.ejected_fraction)?;
+        let half_open = PyDict::new(py);
+        half_open.set_item("trials", f.trials)?;
+        half_open.set_item("recovered", f.trials_recovered)?;
+        half_open.set_item("success_rate", (f.trials > 0).then(|| f.trials_recovered as f64 / f.trials as f64))?;
+        pool.set_item("half_open", half_open)?;
+        let wait = PyDict::new(py);
+        wait.set_item("p50", f.wait_p50)?;
+        wait.set_item("p99", f.wait_p99)?;
+        pool.set_item("wait", wait)?;
+        pool.set_item("incidents", &f.incidents)?;
+        pool.set_item("global_incident", f.global_incident)?;
+        pool.set_item("sessions", snap.sessions)?;
+        pool.set_item("live_leases", snap.live_leases)?;
         let counts = PyDict::new(py);
         counts.set_item("acquired", snap.counts.acquired)?;
         counts.set_item("released", snap.counts.released)?;
@@ -401,11 +538,15 @@ impl PyPool {
         counts.set_item("waits", snap.counts.waits)?;
         counts.set_item("outcomes", outcomes(&snap.counts.outcomes)?)?;
         let d = PyDict::new(py);
+        d.set_item("version", 1)?;
         d.set_item("time", snap.now)?;
+        d.set_item("pool", pool)?;
+        d.set_item("counts", counts)?;
         d.set_item("exits", exits)?;
+        d.set_item("sites", sites)?;
+        d.set_item("matrix", matrix)?;
         d.set_item("sessions", snap.sessions)?;
         d.set_item("live_leases", snap.live_leases)?;
-        d.set_item("counts", counts)?;
         Ok(d)
     }
 
@@ -448,6 +589,7 @@ struct LeaseState {
 #[pyclass(name = "Lease", module = "exitpool", frozen)]
 pub struct PyLease {
     core: Arc<Pool>,
+    dispatch: Arc<Dispatch>,
     view: u32,
     what: Arc<str>,
     key: Option<Py<PyString>>,
@@ -519,6 +661,7 @@ impl PyLease {
                 py.check_signals()?;
             }
         }
+        self.dispatch.deliver(py, &self.core);
         match result {
             Ok(grant) => {
                 if waited {
@@ -554,7 +697,7 @@ impl PyLease {
     }
 
     /// Releases once; later calls (and releases after expiry) change nothing.
-    fn finish(&self, fallback: Option<Report>) -> bool {
+    fn finish(&self, py: Python<'_>, fallback: Option<Report>) -> bool {
         let (id, report) = {
             let mut st = self.state.lock();
             if st.done {
@@ -564,7 +707,9 @@ impl PyLease {
             let Some(id) = st.id else { return false };
             (id, st.report.or(fallback).unwrap_or(Report::SUCCESS))
         };
-        self.core.release(id, &report)
+        let released = self.core.release(id, &report);
+        self.dispatch.deliver(py, &self.core);
+        released
     }
 
     fn exit_or_err(&self, py: Python<'_>) -> PyResult<Arc<Exit>> {
@@ -611,7 +756,7 @@ impl PyLease {
         } else {
             None
         };
-        self.finish(fallback);
+        self.finish(py, fallback);
         false
     }
 
@@ -644,10 +789,14 @@ impl PyLease {
         match self.attempt(py, Duration::ZERO) {
             Ok(grant) => {
                 self.started(grant);
+                self.dispatch.deliver(py, &self.core);
                 Ok(true)
             }
             Err(Refusal::Full) => Ok(false),
-            Err(r) => Err(refusal_to_py(py, r, &self.what, Some(0.0))),
+            Err(r) => {
+                self.dispatch.deliver(py, &self.core);
+                Err(refusal_to_py(py, r, &self.what, Some(0.0)))
+            }
         }
     }
 

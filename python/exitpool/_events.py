@@ -1,0 +1,34 @@
+"""Delivering the pool's events to the ``exitpool`` logger and to ``pool.on_event`` callbacks.
+
+The core keeps events in a bounded buffer; the bindings hand new ones here after the call that
+produced them. Formatting is lazy (nothing is formatted unless the logger would emit), and a
+raising callback is logged, never raised into the lease that happened to trigger it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List
+
+logger = logging.getLogger("exitpool")
+
+_WARNING_KINDS = frozenset(
+    {"site_incident_opened", "global_incident_opened", "session_lost", "ejection_refused", "lease_expired"}
+)
+
+
+def _level(event: Dict[str, Any]) -> int:
+    if event["kind"] in _WARNING_KINDS or event["to"] in ("quarantined", "dead"):
+        return logging.WARNING
+    return logging.INFO
+
+
+def _deliver(listeners: List[Callable[[Dict[str, Any]], Any]], events: List[Dict[str, Any]]) -> None:
+    for event in events:
+        level = _level(event)
+        if logger.isEnabledFor(level):
+            logger.log(level, "%s exit=%s site=%s: %s", event["kind"], event["exit_id"], event["site"], event["message"])
+        for fn in listeners:
+            try:
+                fn(event)
+            except Exception:  # noqa: BLE001 - a callback must never break a lease
+                logger.exception("exitpool: event callback %r raised; the pool carries on", fn)
