@@ -71,6 +71,9 @@ pub struct Fleet {
     tunnel_ejected: u32,
     global_incident: Option<f64>,
     next_poll: f64,
+    /// When the pool was made: a site breaker created on a site's first report has been
+    /// healthy since then, not since that report (so no hold time applies to it).
+    born: f64,
     trials: u64,
     trial_successes: u64,
     pub events: Events,
@@ -88,6 +91,7 @@ impl Fleet {
             tunnel_ejected: 0,
             global_incident: None,
             next_poll: f64::INFINITY,
+            born: now,
             trials: 0,
             trial_successes: 0,
             events: Events::new(1000),
@@ -313,7 +317,7 @@ impl Fleet {
                 let cfg = &self.cfg;
                 let sh = &mut self.sites[site as usize];
                 if sh.breakers.len() <= hu {
-                    sh.breakers.resize(hu + 1, Breaker::new(now));
+                    sh.breakers.resize(hu + 1, Breaker::new(self.born));
                 }
                 let b = &mut sh.breakers[hu];
                 let was = b.failing(cfg);

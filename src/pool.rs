@@ -144,6 +144,8 @@ pub struct Grant {
     pub id: LeaseId,
     pub exit: Arc<Exit>,
     pub choice: Choice,
+    /// The exit's health for the lease's site when it was chosen.
+    pub state: Health,
     /// Seconds spent waiting for a slot.
     pub waited: f64,
 }
@@ -1054,6 +1056,7 @@ impl State {
             }
         };
         self.fleet.gate_pass(site, now);
+        let state = self.fleet.state(h, Some(site));
         let trial = self.fleet.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
         slot.active += 1;
@@ -1065,7 +1068,7 @@ impl State {
         };
         let id = self.leases.insert(LeaseRec { exit: h, site, trial, identity, started: now, expires: now + self.cfg.lease_ttl });
         self.counts.acquired += 1;
-        Ok(Grant { id, exit, choice, waited: 0.0 })
+        Ok(Grant { id, exit, choice, state, waited: 0.0 })
     }
 }
 

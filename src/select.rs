@@ -46,6 +46,9 @@ impl Strategy {
     }
 }
 
+/// Random draws p2c makes before listing the eligible members instead.
+const DRAWS: usize = 8;
+
 /// Why nothing was picked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NoPick {
@@ -141,23 +144,43 @@ impl Selector {
                 Ok(best)
             }
             Strategy::P2c => {
-                self.scratch.clear();
-                self.scratch.extend((0..n).filter(|&m| members.eligible(m)).map(|m| m as u32));
-                match self.scratch.len() {
-                    0 => Err(NoPick::Nothing),
-                    1 => Ok(self.scratch[0] as usize),
-                    k => {
-                        let a = rng.random_range(0..k);
-                        let mut b = rng.random_range(0..k - 1);
-                        if b >= a {
-                            b += 1;
+                // Draw members directly: when most are eligible two draws find two, so a pick
+                // costs O(1) however large the pool. Only a mostly-ineligible pool falls back
+                // to listing the eligible ones.
+                let draw = |rng: &mut SmallRng, not: usize| {
+                    (0..DRAWS).map(|_| rng.random_range(0..n)).find(|&m| m != not && members.eligible(m))
+                };
+                let (a, b) = match draw(rng, usize::MAX) {
+                    Some(a) => match draw(rng, a) {
+                        Some(b) => (a, Some(b)),
+                        None => {
+                            self.scratch.clear();
+                            self.scratch.extend((0..n).filter(|&m| m != a && members.eligible(m)).map(|m| m as u32));
+                            let b = (!self.scratch.is_empty()).then(|| self.scratch[rng.random_range(0..self.scratch.len())] as usize);
+                            (a, b)
                         }
-                        let (a, b) = (self.scratch[a] as usize, self.scratch[b] as usize);
-                        // Compare active/weight without dividing: a.active * b.w vs b.active * a.w.
-                        let load = |x: usize, y: usize| members.active(x) as i64 * members.weight(y).max(1);
-                        Ok(if load(b, a) < load(a, b) { b } else { a })
+                    },
+                    None => {
+                        self.scratch.clear();
+                        self.scratch.extend((0..n).filter(|&m| members.eligible(m)).map(|m| m as u32));
+                        match self.scratch.len() {
+                            0 => return Err(NoPick::Nothing),
+                            1 => (self.scratch[0] as usize, None),
+                            k => {
+                                let i = rng.random_range(0..k);
+                                let mut j = rng.random_range(0..k - 1);
+                                if j >= i {
+                                    j += 1;
+                                }
+                                (self.scratch[i] as usize, Some(self.scratch[j] as usize))
+                            }
+                        }
                     }
-                }
+                };
+                let Some(b) = b else { return Ok(a) };
+                // Compare active/weight without dividing: a.active * b.w vs b.active * a.w.
+                let load = |x: usize, y: usize| members.active(x) as i64 * members.weight(y).max(1);
+                Ok(if load(b, a) < load(a, b) { b } else { a })
             }
             Strategy::Lru => {
                 let (now, cooldown) = lru.unwrap_or((0.0, 0.0));

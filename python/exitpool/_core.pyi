@@ -1,6 +1,6 @@
 """Type stubs and documentation for exitpool's native core."""
 
-from typing import Any, Dict, Iterable, List, Literal, Mapping, Optional, TypedDict, Union
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, TypedDict, Union
 
 __version__: str
 DEFAULT_REPLICAS: int
@@ -119,6 +119,9 @@ class Lease:
         """How the exit was chosen: ``"session"``, ``"ring"``, ``"ring_bounded"`` or the
         keyless strategy's name."""
     @property
+    def exit_state(self) -> Optional[HealthState]:
+        """The exit's health for this lease's site when it was chosen."""
+    @property
     def active(self) -> bool: ...
     def report(
         self,
@@ -147,17 +150,83 @@ class OutcomeCounts(TypedDict):
     connect: int
     other: int
 
+class Latency(TypedDict):
+    """Quantiles in seconds from a log-linear histogram: within 9.051% of the true value
+    between 1 ms and 64 s; ``None`` before the first reported latency."""
+
+    p50: Optional[float]
+    p95: Optional[float]
+    p99: Optional[float]
+    count: int
+
+HealthState = Literal["healthy", "degraded", "probing", "quarantined", "dead"]
+
 class ExitSnapshot(TypedDict):
     exit_id: str
     proxy: str
+    """Masked: the password is ``[secure]``."""
     ip: Optional[str]
     capacity: int
     tags: Dict[str, str]
+    state: HealthState
+    """The tunnel's state, which holds for every site."""
+    state_since: float
+    time_in_state: float
+    quarantines: int
+    quarantined_seconds: float
     benched: bool
     active_leases: int
     sessions: int
     leases: int
     outcomes: OutcomeCounts
+    success_rate: Optional[float]
+    """Over the last 64 reports; a 5xx or 429 is not a success."""
+    captcha_rate: Optional[float]
+    latency: Latency
+    weight: float
+    """The share of its capacity the exit gets now (health x adaptive weight)."""
+
+class SiteSnapshot(TypedDict):
+    site: str
+    incident: bool
+    outcomes: OutcomeCounts
+
+class Matrix(TypedDict):
+    """The exit x site matrix: ``cells[i][j]`` is exit ``exits[i]`` on site ``sites[j]``, a list
+    in ``columns`` order (state, reports, success_rate, captcha_rate, p50, p95, p99,
+    quarantines) or ``None`` where the exit has not served the site."""
+
+    exits: List[str]
+    sites: List[str]
+    columns: List[str]
+    cells: List[List[Optional[List[Any]]]]
+
+class HalfOpen(TypedDict):
+    trials: int
+    recovered: int
+    success_rate: Optional[float]
+
+class Waits(TypedDict):
+    p50: float
+    p99: float
+
+class PoolFigures(TypedDict):
+    exits: int
+    in_service: int
+    benched: int
+    states: Dict[str, int]
+    throughput: float
+    """Leases per second over the last one to two minutes."""
+    gini: float
+    """Of leases over the exits in service: 0 is perfectly even."""
+    ejected_fraction: float
+    half_open: HalfOpen
+    wait: Waits
+    """Seconds waited for an exit, leases that went at once counting as 0."""
+    incidents: List[str]
+    global_incident: bool
+    sessions: int
+    live_leases: int
 
 class Counts(TypedDict):
     acquired: int
@@ -168,11 +237,35 @@ class Counts(TypedDict):
     outcomes: OutcomeCounts
 
 class Snapshot(TypedDict):
+    version: int
     time: float
+    pool: PoolFigures
+    counts: Counts
     exits: List[ExitSnapshot]
+    sites: List[SiteSnapshot]
+    matrix: Matrix
     sessions: int
     live_leases: int
-    counts: Counts
+
+class Event(TypedDict):
+    seq: int
+    time: float
+    kind: str
+    """state_changed, ejection_refused, site_incident_opened, site_incident_closed,
+    global_incident_opened, global_incident_closed, session_lost, lease_expired, warming_up,
+    benched, unbenched, recalibrated"""
+    exit_id: Optional[str]
+    site: Optional[str]
+    from_: Optional[str]
+    to: Optional[str]
+    message: str
+
+class Recalibration(TypedDict):
+    exit_id: str
+    old: int
+    new: int
+    served: int
+    safe: int
 
 class Pool:
     """A thread-safe pool of exits: ``with pool.lease("account-3f9") as exit:``.
@@ -200,6 +293,8 @@ class Pool:
         clock: Optional[ManualClock] = None,
         seed: Optional[int] = None,
         cooldown: float = 8.0,
+        health: Optional[Mapping[str, float]] = None,
+        calibrate: bool = False,
     ) -> None: ...
     def lease(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
         """A context manager (``with`` or ``async with``) leasing an exit for ``key``.
@@ -239,6 +334,17 @@ class Pool:
     def exits(self) -> List[Exit]: ...
     def now(self) -> float: ...
     def snapshot(self) -> Snapshot: ...
+    def state(self, exit_id: str, site: Optional[str] = None) -> HealthState:
+        """The exit's health; with a site, the worse of its tunnel's and its state there."""
+    def revive(self, exit_id: str) -> None:
+        """Back in service (healthy) everywhere, whatever its state."""
+    def events(self, since: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The buffered events (the last 1,000) with ``seq >= since``, oldest first; each has
+        the keys of :class:`Event` (``from`` rather than ``from_``)."""
+    def on_event(self, callback: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
+        """Call ``callback(event)`` for every event from now on; returns it (a decorator)."""
+    def recalibrate(self) -> List[Recalibration]:
+        """Set capacities from 24 h of measurement (needs ``calibrate=True``)."""
     def __len__(self) -> int: ...
     def __contains__(self, item: Union[str, Exit]) -> bool: ...
 

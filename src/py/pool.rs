@@ -580,6 +580,7 @@ struct LeaseState {
     id: Option<LeaseId>,
     exit: Option<Arc<Exit>>,
     choice: &'static str,
+    health: &'static str,
     report: Option<Report>,
     done: bool,
 }
@@ -633,6 +634,7 @@ impl PyLease {
         st.id = Some(grant.id);
         st.exit = Some(grant.exit);
         st.choice = grant.choice.name();
+        st.health = grant.state.name();
     }
 
     fn check_fresh(&self, py: Python<'_>) -> PyResult<()> {
@@ -860,6 +862,14 @@ impl PyLease {
     fn strategy(&self) -> Option<&'static str> {
         let st = self.state.lock();
         st.id.map(|_| st.choice)
+    }
+
+    /// The exit's health for this lease's site when it was chosen ("healthy", "degraded" or
+    /// "probing"), to log beside the request's own outcome.
+    #[getter]
+    fn exit_state(&self) -> Option<&'static str> {
+        let st = self.state.lock();
+        st.id.map(|_| st.health)
     }
 
     /// Whether the lease is live: acquired and not yet released (expiry is not seen here).
