@@ -269,6 +269,9 @@ impl Fleet {
         let hu = h as usize;
         self.learn(h, report);
         self.refresh(h);
+        if trial != 0 && report.outcome == Outcome::Success {
+            self.trial_successes += 1;
+        }
         if report.outcome == Outcome::RateLimited {
             self.ensure_site(site);
             let sh = &mut self.sites[site as usize];
@@ -450,9 +453,7 @@ impl Fleet {
             Some(s) => &mut self.sites[s as usize].ejected,
         };
         *ejected = (*ejected + t.to.holds_a_cap_slot() as u32) - t.from.holds_a_cap_slot() as u32;
-        if t.from == State::Probing && t.to == State::Healthy {
-            self.trial_successes += 1;
-        }
+
     }
 
     /// Back to healthy everywhere, by hand or by a probe.
@@ -525,7 +526,7 @@ impl Fleet {
         (0..self.sites.len() as u32).filter(|&s| self.incident_open(s)).collect()
     }
 
-    /// Half-open trial leases handed out, and trial runs that ended healthy.
+    /// Half-open trial leases handed out, and those that came back a success.
     pub fn trials(&self) -> (u64, u64) {
         (self.trials, self.trial_successes)
     }

@@ -370,7 +370,8 @@ impl Pool {
             .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, benched: false, removed: false, tally: Tally::default() })
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
-        let fleet = Fleet::new(cfg.health.clone(), slots.len(), clock.now());
+        let born = clock.now();
+        let fleet = Fleet::new(cfg.health.clone(), slots.len(), born);
         let mut state = State {
             cfg,
             exits: slots,
@@ -389,8 +390,8 @@ impl Pool {
             waiters: 0,
             site_tallies: Vec::new(),
             waits: Waits::default(),
-            rate_prev: (0.0, 0),
-            rate_mark: (0.0, 0),
+            rate_prev: (born, 0),
+            rate_mark: (born, 0),
         };
         state.view(Vec::new())?;
         let events_published = state.fleet.events.published();

@@ -203,7 +203,9 @@ class Matrix(TypedDict):
 
 class HalfOpen(TypedDict):
     trials: int
-    recovered: int
+    """Trial leases handed to half-open (probing) exits."""
+    succeeded: int
+    """Trial leases that came back a success."""
     success_rate: Optional[float]
 
 class Waits(TypedDict):

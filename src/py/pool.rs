@@ -519,7 +519,7 @@ impl PyPool {
         pool.set_item("ejected_fraction", f.ejected_fraction)?;
         let half_open = PyDict::new(py);
         half_open.set_item("trials", f.trials)?;
-        half_open.set_item("recovered", f.trials_recovered)?;
+        half_open.set_item("succeeded", f.trials_recovered)?;
         half_open.set_item("success_rate", (f.trials > 0).then(|| f.trials_recovered as f64 / f.trials as f64))?;
         pool.set_item("half_open", half_open)?;
         let wait = PyDict::new(py);

@@ -1,0 +1,253 @@
+"""Prometheus metrics for an exitpool :class:`~exitpool.Pool`.
+
+>>> from prometheus_client import REGISTRY, start_http_server      # doctest: +SKIP
+>>> from exitpool.prometheus import PoolCollector                  # doctest: +SKIP
+>>> REGISTRY.register(PoolCollector(pool))                         # doctest: +SKIP
+>>> start_http_server(9108, addr="127.0.0.1")                      # doctest: +SKIP
+
+This module needs ``prometheus_client`` (``pip install exitpool[prometheus]``); ``import
+exitpool`` does not, so only the applications that export metrics pay for it.
+
+The collector is a *custom collector*: it keeps no metric objects of its own and updates
+nothing on the lease path. Each scrape takes one ``pool.snapshot()`` (which the core builds
+from figures it already keeps on every release) and turns it into metric families, so the
+numbers in one scrape are mutually consistent and a pool that nobody scrapes pays nothing.
+
+Names follow the Prometheus conventions: everything starts with the namespace (``exitpool``),
+counters end in ``_total``, durations are in seconds and say so (``_seconds``), fractions in
+0..1 end in ``_ratio``. Pool-wide figures and per-exit figures have different names
+(``exitpool_outcomes_total`` and ``exitpool_exit_outcomes_total``), so that ``sum()`` over a
+metric never counts a request twice.
+
+Label cardinality is bounded by what the operator already chose to run: the ``exit`` label
+(the exit id, one value per exit in the pool) is always on, since "which exit is bad?" is
+the first question; the ``site`` label is only there with ``per_site=True``, since sites are
+whatever the scraper visits and may number in the thousands. Account keys, which are
+unbounded and personal, are never a label. The proxy URL is never exported, masked or not:
+the exit id names the exit, and a URL carries a user name and a gateway address an
+exposition endpoint has no business publishing.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Iterator, List, Optional
+
+try:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
+except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'"
+    ) from e
+
+from ._core import Pool, __version__
+
+__all__ = ["PoolCollector"]
+
+# The order the core reports outcome classes and health states in.
+OUTCOMES = ("success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other")
+STATES = ("healthy", "degraded", "probing", "quarantined", "dead")
+# Per-exit latency quantiles: the snapshot key and the `quantile` label value.
+LATENCY_QUANTILES = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
+WAIT_QUANTILES = (("p50", "0.5"), ("p99", "0.99"))
+
+_NAMESPACE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+class PoolCollector:
+    """A ``prometheus_client`` collector exposing one pool: register it once, e.g.
+    ``REGISTRY.register(PoolCollector(pool))``.
+
+    ``per_site=True`` adds the ``site`` label: outcomes and the open incident flag per site,
+    and the exit x site matrix cells (reports, success and captcha ratios, quarantines) for the
+    pairs that have served at least one report. Leave it off when the scraper visits an
+    unbounded set of sites; the pool-wide count of open incidents is there either way.
+
+    ``namespace`` replaces the ``exitpool`` prefix, for a process that exports two pools (two
+    collectors with one namespace would register the same names, which the registry refuses).
+
+    A figure that does not exist yet (a success ratio before the exit's first report, a
+    latency quantile before its first timed report, the half-open success ratio before the
+    first trial) is left out of the scrape rather than exported as 0, which would read as
+    "everything fails" or "instant".
+    """
+
+    def __init__(self, pool: Pool, *, per_site: bool = False, namespace: str = "exitpool") -> None:
+        if not callable(getattr(pool, "snapshot", None)):
+            raise TypeError(f"PoolCollector needs an exitpool.Pool, got {type(pool).__name__}")
+        if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
+            raise ValueError(f"namespace {namespace!r} is not a valid Prometheus metric name prefix")
+        self._pool = pool
+        self._per_site = bool(per_site)
+        self._ns = namespace
+
+    def __repr__(self) -> str:
+        return f"PoolCollector({self._pool!r}, per_site={self._per_site}, namespace={self._ns!r})"
+
+    def describe(self) -> List[Metric]:
+        """The metric families without samples.
+
+        A registry with ``auto_describe`` (the default ``REGISTRY``) would otherwise call
+        :meth:`collect` on registration, taking a snapshot just to learn the names.
+        """
+        return list(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        """One snapshot, turned into metric families: called by the registry on every scrape."""
+        snap = self._pool.snapshot()
+        f = self._families()
+        self._pool_figures(f, snap)
+        self._exit_figures(f, snap)
+        if self._per_site:
+            self._site_figures(f, snap)
+        return iter(f.values())
+
+    # -- the families ------------------------------------------------------------------------
+
+    def _families(self) -> Dict[str, Metric]:
+        ns = self._ns
+        f: Dict[str, Metric] = {}
+
+        def gauge(key: str, doc: str, labels: Optional[List[str]] = None) -> None:
+            f[key] = GaugeMetricFamily(f"{ns}_{key}", doc, labels=labels or [])
+
+        def counter(key: str, doc: str, labels: Optional[List[str]] = None) -> None:
+            # CounterMetricFamily takes the name without `_total` and exposes `<name>_total`.
+            f[key] = CounterMetricFamily(f"{ns}_{key}", doc, labels=labels or [])
+
+        gauge("build_info", "The exitpool version, as a label; the value is always 1.", ["version"])
+        # Pool-wide.
+        gauge("exits", "Exits in the pool per health state (benched exits counted too).", ["state"])
+        gauge("exits_in_service", "Exits that take new sessions (listed and not benched).")
+        gauge("exits_benched", "Exits benched by the operator: no new sessions, live ones drain.")
+        gauge("live_leases", "Leases held now.")
+        gauge("sessions", "Live sticky sessions (account key -> exit bindings).")
+        counter("leases_acquired", "Leases granted.")
+        counter("leases_released", "Leases ended by release.")
+        counter("leases_expired", "Leases that outlived lease_ttl without a release.")
+        counter("releases_ignored", "Releases of leases that had already ended.")
+        counter("lease_waits", "Leases that had to wait for a free exit.")
+        counter("outcomes", "Reported request outcomes over the whole pool, by class.", ["outcome"])
+        gauge(
+            "leases_per_second",
+            "Leases granted per second over the pool's last one to two minutes "
+            "(rate(exitpool_leases_acquired_total[...]) is the same figure over a window you choose).",
+        )
+        gauge("lease_gini_ratio", "Gini coefficient of leases over the exits in service: 0 even, towards 1 concentrated.")
+        gauge("ejected_ratio", "Fraction of the exits in service that health has ejected (quarantined or dead).")
+        counter("half_open_trials", "Half-open trial leases sent to quarantined exits.")
+        counter("half_open_succeeded", "Half-open trial leases that came back a success.")
+        gauge("half_open_success_ratio", "Successful half-open trials over all trials (absent before the first).")
+        gauge("wait_seconds", "Quantiles of the wait for an exit, leases that went at once counting as 0.", ["quantile"])
+        gauge("site_incidents_open", "Sites with an open incident (the site, not the exits, is failing).")
+        gauge("global_incident", "1 while a pool-wide incident is open (many tunnels failing at once: the fault is likely ours, so no exit is judged), else 0.")
+        # Per exit.
+        gauge("exit_state", "1 for the exit's current health state, 0 for the others.", ["exit", "state"])
+        gauge("exit_time_in_state_seconds", "Seconds since the exit entered its current health state.", ["exit"])
+        counter("exit_quarantines", "Times the exit was quarantined.", ["exit"])
+        counter("exit_quarantined_seconds", "Total seconds the exit has spent quarantined.", ["exit"])
+        gauge("exit_benched", "1 if the exit is benched, else 0.", ["exit"])
+        gauge("exit_capacity", "Identities the exit is safe for (its weight on the ring).", ["exit"])
+        gauge("exit_weight", "The exit's current selection weight after health adjustments.", ["exit"])
+        gauge("exit_active_leases", "Leases the exit holds now.", ["exit"])
+        gauge("exit_sessions", "Live sticky sessions bound to the exit.", ["exit"])
+        counter("exit_leases", "Leases granted on the exit.", ["exit"])
+        counter("exit_outcomes", "Reported request outcomes on the exit, by class.", ["exit", "outcome"])
+        gauge("exit_success_ratio", "Success ratio over the exit's last 64 reports (absent before the first).", ["exit"])
+        gauge("exit_captcha_ratio", "Captcha ratio over the exit's last 64 reports (absent before the first).", ["exit"])
+        gauge(
+            "exit_latency_seconds",
+            "Request latency quantiles on the exit over its recent requests, from a streaming "
+            "histogram within 9.051% of the true value (absent before the first timed report).",
+            ["exit", "quantile"],
+        )
+        gauge("exit_latency_samples", "Timed reports the latency quantiles are drawn from (decays, not a counter).", ["exit"])
+        if self._per_site:
+            gauge("site_incident", "1 while the site has an open incident, else 0.", ["site"])
+            counter("site_outcomes", "Reported request outcomes on the site, by class.", ["site", "outcome"])
+            counter("exit_site_reports", "Reports of the exit on the site (matrix cell).", ["exit", "site"])
+            gauge("exit_site_success_ratio", "Success ratio of the exit on the site over its last 64 reports.", ["exit", "site"])
+            gauge("exit_site_captcha_ratio", "Captcha ratio of the exit on the site over its last 64 reports.", ["exit", "site"])
+            counter("exit_site_quarantines", "Times the exit was quarantined for the site alone.", ["exit", "site"])
+        return f
+
+    # -- filling them ------------------------------------------------------------------------
+
+    @staticmethod
+    def _pool_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+        p, counts = snap["pool"], snap["counts"]
+        f["build_info"].add_metric([__version__], 1)
+        states = p["states"]
+        for state in STATES:
+            f["exits"].add_metric([state], states.get(state, 0))
+        f["exits_in_service"].add_metric([], p["in_service"])
+        f["exits_benched"].add_metric([], p["benched"])
+        f["live_leases"].add_metric([], p["live_leases"])
+        f["sessions"].add_metric([], p["sessions"])
+        f["leases_acquired"].add_metric([], counts["acquired"])
+        f["leases_released"].add_metric([], counts["released"])
+        f["leases_expired"].add_metric([], counts["expired"])
+        f["releases_ignored"].add_metric([], counts["ignored_releases"])
+        f["lease_waits"].add_metric([], counts["waits"])
+        for outcome in OUTCOMES:
+            f["outcomes"].add_metric([outcome], counts["outcomes"].get(outcome, 0))
+        f["leases_per_second"].add_metric([], p["throughput"])
+        f["lease_gini_ratio"].add_metric([], p["gini"])
+        f["ejected_ratio"].add_metric([], p["ejected_fraction"])
+        half_open = p["half_open"]
+        f["half_open_trials"].add_metric([], half_open["trials"])
+        f["half_open_succeeded"].add_metric([], half_open["succeeded"])
+        if half_open["success_rate"] is not None:
+            f["half_open_success_ratio"].add_metric([], half_open["success_rate"])
+        for key, q in WAIT_QUANTILES:
+            f["wait_seconds"].add_metric([q], p["wait"][key])
+        f["site_incidents_open"].add_metric([], len(p["incidents"]))
+        f["global_incident"].add_metric([], 1 if p["global_incident"] else 0)
+
+    @staticmethod
+    def _exit_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+        for e in snap["exits"]:
+            x = e["exit_id"]
+            for state in STATES:
+                f["exit_state"].add_metric([x, state], 1 if e["state"] == state else 0)
+            f["exit_time_in_state_seconds"].add_metric([x], e["time_in_state"])
+            f["exit_quarantines"].add_metric([x], e["quarantines"])
+            f["exit_quarantined_seconds"].add_metric([x], e["quarantined_seconds"])
+            f["exit_benched"].add_metric([x], 1 if e["benched"] else 0)
+            f["exit_capacity"].add_metric([x], e["capacity"])
+            f["exit_weight"].add_metric([x], e["weight"])
+            f["exit_active_leases"].add_metric([x], e["active_leases"])
+            f["exit_sessions"].add_metric([x], e["sessions"])
+            f["exit_leases"].add_metric([x], e["leases"])
+            for outcome in OUTCOMES:
+                f["exit_outcomes"].add_metric([x, outcome], e["outcomes"].get(outcome, 0))
+            if e["success_rate"] is not None:
+                f["exit_success_ratio"].add_metric([x], e["success_rate"])
+            if e["captcha_rate"] is not None:
+                f["exit_captcha_ratio"].add_metric([x], e["captcha_rate"])
+            latency = e["latency"]
+            for key, q in LATENCY_QUANTILES:
+                if latency[key] is not None:
+                    f["exit_latency_seconds"].add_metric([x, q], latency[key])
+            f["exit_latency_samples"].add_metric([x], latency["count"])
+
+    @staticmethod
+    def _site_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+        for s in snap["sites"]:
+            site = s["site"]
+            f["site_incident"].add_metric([site], 1 if s["incident"] else 0)
+            for outcome in OUTCOMES:
+                f["site_outcomes"].add_metric([site, outcome], s["outcomes"].get(outcome, 0))
+        matrix = snap["matrix"]
+        col = {name: i for i, name in enumerate(matrix["columns"])}
+        for x, row in zip(matrix["exits"], matrix["cells"]):
+            for site, cell in zip(matrix["sites"], row):
+                if cell is None:  # the exit has not served this site: no series at all
+                    continue
+                f["exit_site_reports"].add_metric([x, site], cell[col["reports"]])
+                if cell[col["success_rate"]] is not None:
+                    f["exit_site_success_ratio"].add_metric([x, site], cell[col["success_rate"]])
+                if cell[col["captcha_rate"]] is not None:
+                    f["exit_site_captcha_ratio"].add_metric([x, site], cell[col["captcha_rate"]])
+                f["exit_site_quarantines"].add_metric([x, site], cell[col["quarantines"]])
