@@ -20,6 +20,8 @@ pub enum EventKind {
     Benched,
     Unbenched,
     Recalibrated,
+    Drifted,
+    ProbeFailed,
 }
 
 impl EventKind {
@@ -37,6 +39,8 @@ impl EventKind {
             EventKind::Benched => "benched",
             EventKind::Unbenched => "unbenched",
             EventKind::Recalibrated => "recalibrated",
+            EventKind::Drifted => "exit_drifted",
+            EventKind::ProbeFailed => "probe_failed",
         }
     }
 }

@@ -456,6 +456,36 @@ impl Fleet {
 
     }
 
+    /// An active probe's verdict on exit `h`'s tunnel. Probes decide who comes back: a success
+    /// counts towards a quarantined or probing exit's return (and revives a dead one); a
+    /// failure sends a returning exit back with a longer backoff. Traffic decides who leaves,
+    /// so a failed probe of an exit in service only counts like any tunnel failure.
+    pub fn probe(&mut self, h: u32, ok: bool, in_service: u32, now: f64, jitter: f64) {
+        self.poll(now);
+        let hu = h as usize;
+        if ok && self.tunnel[hu].state() == State::Dead {
+            self.revive(h, now);
+            return;
+        }
+        let signal = if ok { Signal::Success } else { Signal::Failure(1.0) };
+        let b = &mut self.tunnel[hu];
+        let was = b.failing(&self.cfg);
+        let Some(failed) = b.observe(&self.cfg, signal, false) else { return };
+        let ejection = if self.global_incident.is_some() {
+            Ejection::Suspended
+        } else if self.tunnel_ejected + 1 > self.ejection_cap(in_service) {
+            Ejection::Refused
+        } else {
+            Ejection::Allowed
+        };
+        let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
+        let is = self.tunnel[hu].failing(&self.cfg);
+        self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
+        if let Some(t) = t {
+            self.tunnel_changed(h, t, now);
+        }
+    }
+
     /// Back to healthy everywhere, by hand or by a probe.
     pub fn revive(&mut self, h: u32, now: f64) {
         if self.tunnel[h as usize].failing(&self.cfg) {

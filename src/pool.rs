@@ -166,6 +166,8 @@ struct ExitSlot {
     /// Identity (key hash) -> (last served, burned by a block or captcha), when calibrating.
     identities: HashMap<u64, (f64, bool)>,
     active: u32,
+    /// When the exit last took a lease (pool clock), for choosing idle exits to probe.
+    last_lease: f64,
     benched: bool,
     removed: bool,
     tally: Tally,
@@ -367,7 +369,7 @@ impl Pool {
         }
         let slots: Vec<ExitSlot> = exits
             .into_iter()
-            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, benched: false, removed: false, tally: Tally::default() })
+            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, last_lease: f64::NEG_INFINITY, benched: false, removed: false, tally: Tally::default() })
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let born = clock.now();
@@ -584,7 +586,7 @@ impl Pool {
                 let h = st.exits.len() as u32;
                 st.fleet.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, benched: false, removed: false, tally: Tally::default() });
+                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, last_lease: f64::NEG_INFINITY, benched: false, removed: false, tally: Tally::default() });
                 h
             }
         };
@@ -635,6 +637,56 @@ impl Pool {
     pub fn members(&self, view: u32) -> Vec<Arc<Exit>> {
         let st = self.state.lock();
         st.views[view as usize].members.iter().map(|&h| st.exits[h as usize].exit.clone()).collect()
+    }
+
+    /// The exits a probe loop should check now: quarantined ones whose backoff is over (now
+    /// probing, with no trial out), dead ones, and exits in service idle for `idle` seconds.
+    pub fn probe_due(&self, idle: f64) -> Vec<Arc<Exit>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.fleet.poll(now);
+        let st = &*st;
+        st.views[0]
+            .members
+            .iter()
+            .filter(|&&h| {
+                let b = st.fleet.tunnel_breaker(h);
+                match b.state() {
+                    Health::Probing => b.trials_out() == 0,
+                    Health::Dead => true,
+                    Health::Quarantined => false,
+                    Health::Healthy | Health::Degraded => now - st.exits[h as usize].last_lease >= idle,
+                }
+            })
+            .map(|&h| st.exits[h as usize].exit.clone())
+            .collect()
+    }
+
+    /// Feeds an active probe's verdict into the exit's tunnel health. `observed_ip` that
+    /// differs from the exit's `ip` means its token now lands elsewhere: that is an event and
+    /// a failure, since an account leased there would present a new address.
+    pub fn record_probe(&self, exit_id: &str, ok: bool, observed_ip: Option<std::net::IpAddr>, detail: &str) -> Result<bool> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let expected = st.exits[h as usize].exit.ip;
+        let drifted = matches!((expected, observed_ip), (Some(e), Some(o)) if e != o);
+        if drifted {
+            st.fleet.events.push(
+                now,
+                EventKind::Drifted,
+                Some(h),
+                None,
+                format!("probe saw {} where {} was expected: the exit's token lands elsewhere now", observed_ip.map(|i| i.to_string()).unwrap_or_default(), expected.map(|i| i.to_string()).unwrap_or_default()),
+            );
+        }
+        if !ok && !detail.is_empty() {
+            st.fleet.events.push(now, EventKind::ProbeFailed, Some(h), None, format!("probe failed: {detail}"));
+        }
+        let in_service = st.views[0].members.len() as u32;
+        let jitter = st.rng.random::<f64>();
+        st.fleet.probe(h, ok && !drifted, in_service, now, jitter);
+        Ok(drifted)
     }
 
     /// An exit's health: for a site, the worse of its tunnel's state and its state there.
@@ -1061,6 +1113,7 @@ impl State {
         let trial = self.fleet.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
         slot.active += 1;
+        slot.last_lease = now;
         slot.tally.leases += 1;
         let exit = slot.exit.clone();
         let identity = match key {

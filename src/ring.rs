@@ -7,13 +7,15 @@
 //! Owners are caller-chosen `u32` handles, so the pool and the bindings can map them to
 //! whatever they keep per exit without the ring knowing about it.
 //!
-//! Lookup layout: points are `(position, owner)` pairs in one sorted array (one cache line
-//! answers both questions), and a bucket table indexed by a position's top bits narrows the
-//! search to a handful of points. A plain binary search over a 160,000-point ring misses the
-//! cache on most of its ~17 steps; the table turns that into about two misses.
+//! Lookup layout: a plain binary search over a 160,000-point ring misses the cache on most of
+//! its ~17 steps, and on a large ring those misses are the lookup's whole cost. So positions
+//! are split by their top bits into about twice as many slots as there are points, and each
+//! 16-byte slot answers its keys by itself when it holds at most one point (about 96% of
+//! keys): one cache miss per lookup. Slots holding more points send the key to a short search
+//! of the sorted `(position, owner)` array, which also serves walks and updates.
 
 use crate::error::{Error, Result};
-use crate::hash::position;
+use crate::hash::{position, positions_into};
 use std::collections::HashMap;
 
 pub const DEFAULT_SALT: &str = "vnode";
@@ -26,6 +28,24 @@ struct Point {
     owner: u32,
 }
 
+/// The answer for the positions whose top bits are this slot's index.
+///
+/// With at most one point in the slot, a key at `pos` goes to `below` if `pos < split`, else to
+/// `above` (an empty slot has `below == above`, the owner of the next point on the ring). With
+/// more, `split`'s top bits differ from the slot's index, and `below..above` is the range of
+/// `points` to search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(16))]
+struct Slot {
+    split: u64,
+    below: u32,
+    above: u32,
+}
+
+/// The table grows to 2^MAX_SLOT_BITS slots (32 MiB) at most: past a million points, more
+/// slots hold several points and send their keys to a search, instead of the table growing.
+const MAX_SLOT_BITS: u32 = 21;
+
 #[derive(Debug, Clone)]
 pub struct Ring {
     salt: String,
@@ -33,8 +53,8 @@ pub struct Ring {
     points: Vec<Point>,
     /// exit id -> (owner handle, capacity)
     nodes: HashMap<String, (u32, u32)>,
-    /// `buckets[b]` is the index of the first point whose top bits are >= b.
-    buckets: Vec<u32>,
+    /// Indexed by a position's top `64 - shift` bits.
+    slots: Vec<Slot>,
     shift: u32,
 }
 
@@ -43,7 +63,7 @@ impl Ring {
         if replicas == 0 {
             return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
         }
-        Ok(Ring { salt: salt.to_owned(), replicas, points: Vec::new(), nodes: HashMap::new(), buckets: vec![0, 0], shift: 63 })
+        Ok(Ring { salt: salt.to_owned(), replicas, points: Vec::new(), nodes: HashMap::new(), slots: Vec::new(), shift: 63 })
     }
 
     /// Builds a ring in one pass: every point hashed once, one sort, one index.
@@ -128,16 +148,49 @@ impl Ring {
     /// The owner of the first point strictly after `pos`, wrapping.
     #[inline]
     pub fn assign_position(&self, pos: u64) -> Option<u32> {
+        let slot = self.slots.get((pos >> self.shift) as usize)?;
+        Some(self.resolve(slot, pos))
+    }
+
+    /// The owners of many positions: `out[i]` for `positions[i]`; `false` (and `out`
+    /// untouched) on an empty ring.
+    ///
+    /// On a ring larger than the cache every lookup is a cache miss; asking for the slots of
+    /// keys a little ahead lets those misses overlap instead of queueing one after another.
+    pub fn assign_positions(&self, positions: &[u64], out: &mut [u32]) -> bool {
+        assert_eq!(positions.len(), out.len(), "one output per position");
         if self.points.is_empty() {
-            return None;
+            return false;
         }
-        let b = (pos >> self.shift) as usize;
-        let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
-        let mut i = lo + self.points[lo..hi].partition_point(|p| p.pos <= pos);
-        if i == self.points.len() {
-            i = 0;
+        const AHEAD: usize = 8;
+        for (i, (&pos, o)) in positions.iter().zip(out.iter_mut()).enumerate() {
+            if let Some(&next) = positions.get(i + AHEAD) {
+                prefetch(&self.slots[(next >> self.shift) as usize]);
+            }
+            *o = self.resolve(&self.slots[(pos >> self.shift) as usize], pos);
         }
-        Some(self.points[i].owner)
+        true
+    }
+
+    #[inline]
+    fn resolve(&self, slot: &Slot, pos: u64) -> u32 {
+        if (slot.split ^ pos) >> self.shift == 0 {
+            if pos < slot.split {
+                slot.below
+            } else {
+                slot.above
+            }
+        } else {
+            self.search(slot.below as usize, slot.above as usize, pos)
+        }
+    }
+
+    /// The owner of the first point after `pos`, knowing that it is at index `lo..=hi` (or that
+    /// it is index 0 if `hi` is the end).
+    #[cold]
+    fn search(&self, lo: usize, hi: usize, pos: u64) -> u32 {
+        let i = lo + self.points[lo..hi].partition_point(|p| p.pos <= pos);
+        self.points.get(i).unwrap_or(&self.points[0]).owner
     }
 
     /// Walks clockwise from a key's position, yielding each distinct owner once, in ring
@@ -147,10 +200,10 @@ impl Ring {
         let start = if n == 0 {
             0
         } else {
+            // The slots know owners, not indexes; walks are the rare path (the pool walks only
+            // when the owner is full or out of service), so a plain binary search does here.
             let pos = position(key.as_bytes());
-            let b = (pos >> self.shift) as usize;
-            let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
-            (lo + self.points[lo..hi].partition_point(|p| p.pos <= pos)) % n
+            self.points.partition_point(|p| p.pos <= pos) % n
         };
         let mut seen: Vec<u32> = Vec::new();
         let distinct = self.nodes.len();
@@ -176,39 +229,72 @@ impl Ring {
         Ok(())
     }
 
+    /// Hashes the names of an exit's points a batch at a time, which the hasher compresses
+    /// side by side.
     fn points_of(&self, id: &str, capacity: u32, owner: u32, out: &mut Vec<Point>) {
+        const BATCH: u64 = 256;
         let count = capacity.max(1) as u64 * self.replicas as u64;
         out.reserve(count as usize);
-        let mut buf = Vec::with_capacity(self.salt.len() + id.len() + 24);
-        buf.extend_from_slice(self.salt.as_bytes());
-        buf.push(b':');
-        buf.extend_from_slice(id.as_bytes());
-        buf.push(b':');
-        let stem = buf.len();
-        for v in 0..count {
-            buf.truncate(stem);
-            push_decimal(&mut buf, v);
-            out.push(Point { pos: position(&buf), owner });
+        let stem = [self.salt.as_bytes(), b":", id.as_bytes(), b":"].concat();
+        let mut names = Vec::with_capacity((stem.len() + 20) * BATCH.min(count) as usize);
+        let mut ends = Vec::with_capacity(BATCH as usize);
+        let mut positions = [0u64; BATCH as usize];
+        for first in (0..count).step_by(BATCH as usize) {
+            let last = count.min(first + BATCH);
+            names.clear();
+            ends.clear();
+            for v in first..last {
+                names.extend_from_slice(&stem);
+                push_decimal(&mut names, v);
+                ends.push(names.len());
+            }
+            let texts: Vec<&[u8]> = ends.iter().scan(0, |start, &end| Some(&names[std::mem::replace(start, end)..end])).collect();
+            let positions = &mut positions[..texts.len()];
+            positions_into(&texts, positions);
+            out.extend(positions.iter().map(|&pos| Point { pos, owner }));
         }
     }
 
-    /// Rebuilds the bucket table, sized so that a bucket holds about one point.
+    /// Rebuilds the slot table, sized so that a slot holds about half a point.
     fn reindex(&mut self) {
-        let n = self.points.len().max(1);
-        let bits = (usize::BITS - (n - 1).leading_zeros()).clamp(1, 24);
+        self.slots.clear();
+        let n = self.points.len();
+        if n == 0 {
+            return;
+        }
+        let bits = (usize::BITS - (n - 1).leading_zeros() + 1).clamp(1, MAX_SLOT_BITS);
         self.shift = 64 - bits;
         let count = 1usize << bits;
-        self.buckets.clear();
-        self.buckets.reserve(count + 1);
+        self.slots.reserve_exact(count);
+        let owner_at = |i: usize| self.points[if i == n { 0 } else { i }].owner;
         let mut i = 0usize;
         for b in 0..count {
-            while i < self.points.len() && ((self.points[i].pos >> self.shift) as usize) < b {
+            let lo = i;
+            while i < n && (self.points[i].pos >> self.shift) as usize == b {
                 i += 1;
             }
-            self.buckets.push(i as u32);
+            let start = (b as u64) << self.shift;
+            self.slots.push(match i - lo {
+                0 => Slot { split: start, below: owner_at(i), above: owner_at(i) },
+                1 => Slot { split: self.points[lo].pos, below: self.points[lo].owner, above: owner_at(i) },
+                // The complement of the slot's start has other top bits, which marks the slot.
+                _ => Slot { split: !start, below: lo as u32, above: i as u32 },
+            });
         }
-        self.buckets.push(self.points.len() as u32);
     }
+}
+
+/// Asks the CPU to start loading `slot` into the cache, without waiting for it.
+#[inline(always)]
+fn prefetch(slot: &Slot) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and changes no state that the program
+    // can observe; the address is that of a live reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((slot as *const Slot).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = slot;
 }
 
 fn push_decimal(buf: &mut Vec<u8>, mut v: u64) {
@@ -282,6 +368,79 @@ mod tests {
         assert_eq!(ring.assign("anything"), Some(0));
     }
 
+    /// A ring holding exactly these points (nodes are not needed for lookups).
+    fn with_points(points: &[(u64, u32)]) -> Ring {
+        let mut ring = Ring::new(1, DEFAULT_SALT).unwrap();
+        ring.points = points.iter().map(|&(pos, owner)| Point { pos, owner }).collect();
+        ring.points.sort_unstable_by_key(|p| (p.pos, p.owner));
+        ring.reindex();
+        ring
+    }
+
+    /// The rule itself, by a binary search over all points.
+    fn plain(ring: &Ring, pos: u64) -> u32 {
+        let i = ring.points.partition_point(|p| p.pos <= pos);
+        ring.points[i % ring.points.len()].owner
+    }
+
+    /// Positions where a lookup can go wrong: at, just before and just after every point, and
+    /// at both edges of every slot.
+    fn probes(ring: &Ring) -> Vec<u64> {
+        let mut probes = vec![0, 1, u64::MAX - 1, u64::MAX];
+        for p in &ring.points {
+            probes.extend([p.pos.wrapping_sub(1), p.pos, p.pos.wrapping_add(1)]);
+        }
+        for b in 0..ring.slots.len() as u64 {
+            let start = b << ring.shift;
+            probes.extend([start, start.wrapping_sub(1)]);
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        probes.extend((0..2000).map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }));
+        probes
+    }
+
+    fn check(ring: &Ring) {
+        let probes = probes(ring);
+        let mut batch = vec![0; probes.len()];
+        assert!(ring.assign_positions(&probes, &mut batch));
+        for (&pos, &got) in probes.iter().zip(&batch) {
+            let want = plain(ring, pos);
+            assert_eq!(ring.assign_position(pos), Some(want), "position {pos:#x}");
+            assert_eq!(got, want, "batch, position {pos:#x}");
+        }
+    }
+
+    #[test]
+    fn the_slot_table_agrees_with_a_plain_search() {
+        for (replicas, exits) in [(1, 1), (1, 2), (1, 3), (3, 7), (10, 10), (16, 64), (160, 40)] {
+            let ids: Vec<String> = (0..exits).map(|i| format!("e{i}")).collect();
+            check(&Ring::build(replicas, DEFAULT_SALT, ids.iter().enumerate().map(|(i, id)| (id.as_str(), 1, i as u32))).unwrap());
+        }
+        // Crowded slots, equal positions, the ends of the ring and of slots.
+        let edge = 1u64 << 62;
+        check(&with_points(&[(0, 1), (u64::MAX, 2)]));
+        check(&with_points(&[(5, 1), (5, 2), (5, 3)]));
+        check(&with_points(&[(edge - 1, 1), (edge, 2), (edge + 1, 3), (3 * edge, 4), (u64::MAX, 5), (u64::MAX, 6)]));
+        check(&with_points(&(0..100).map(|i| (edge + i, i as u32)).collect::<Vec<_>>()));
+        check(&with_points(&(0..100).map(|i| (i * (u64::MAX / 100), i as u32)).collect::<Vec<_>>()));
+    }
+
+    #[test]
+    fn an_empty_ring_assigns_nothing() {
+        let mut ring = Ring::build(4, DEFAULT_SALT, [("a", 1, 0)]).unwrap();
+        ring.remove("a").unwrap();
+        let mut out = [7u32; 2];
+        assert!(!ring.assign_positions(&[1, 2], &mut out));
+        assert_eq!(out, [7, 7]);
+        assert_eq!(ring.assign_position(0), None);
+        assert_eq!(ring.walk("k").count(), 0);
+    }
+
     #[test]
     fn walk_visits_each_exit_once_starting_at_the_owner() {
         let ring = Ring::build(8, DEFAULT_SALT, (0..6).map(|i| (["a", "b", "c", "d", "e", "f"][i], 1, i as u32))).unwrap();
@@ -293,3 +452,4 @@ mod tests {
         assert_eq!(sorted, vec![0, 1, 2, 3, 4, 5]);
     }
 }
+

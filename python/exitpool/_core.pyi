@@ -345,6 +345,12 @@ class Pool:
         the keys of :class:`Event` (``from`` rather than ``from_``)."""
     def on_event(self, callback: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
         """Call ``callback(event)`` for every event from now on; returns it (a decorator)."""
+    def probe_due(self, idle: float = 30.0) -> List[Exit]:
+        """Exits a probe loop should check now: quarantined ones whose backoff is over, dead
+        ones, and exits in service idle for ``idle`` seconds."""
+    def record_probe(self, exit_id: str, ok: bool, *, observed_ip: Optional[str] = None, detail: str = "") -> bool:
+        """Feed a probe's verdict into health (probes decide who comes back); returns whether
+        the observed IP differs from the exit's ``ip`` (drift: an event and a failure)."""
     def recalibrate(self) -> List[Recalibration]:
         """Set capacities from 24 h of measurement (needs ``calibrate=True``)."""
     def __len__(self) -> int: ...

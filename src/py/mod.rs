@@ -15,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_REPLICAS", crate::ring::DEFAULT_REPLICAS)?;
     m.add_class::<exit::PyExit>()?;
     m.add_class::<ring::PyRing>()?;
+    ring::install_fast_paths(m.py())?;
     m.add_class::<pool::PyPool>()?;
     m.add_class::<pool::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;

@@ -404,6 +404,28 @@ impl PyPool {
         Ok(out)
     }
 
+    /// The exits a probe loop should check now: quarantined exits whose backoff is over, dead
+    /// exits, and exits in service that took no lease for `idle` seconds.
+    #[pyo3(signature = (idle=30.0))]
+    fn probe_due(&self, py: Python<'_>, idle: f64) -> PyResult<Vec<PyExit>> {
+        let idle = seconds(py, "idle", idle)?;
+        Ok(self.core.probe_due(idle).into_iter().map(|inner| PyExit { inner }).collect())
+    }
+
+    /// Feeds an active probe's verdict into the exit's health: probes decide who comes back.
+    /// An `observed_ip` other than the exit's `ip` is drift: an event, and a failure. Returns
+    /// whether the exit drifted.
+    #[pyo3(signature = (exit_id, ok, *, observed_ip=None, detail=""))]
+    fn record_probe(&self, py: Python<'_>, exit_id: &str, ok: bool, observed_ip: Option<&str>, detail: &str) -> PyResult<bool> {
+        let observed = match observed_ip {
+            None => None,
+            Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {s:?} is not an IP address")))?),
+        };
+        let drifted = self.core.record_probe(exit_id, ok, observed, detail).py_err(py)?;
+        self.dispatch.deliver(py, &self.core);
+        Ok(drifted)
+    }
+
     /// The current time on the pool's clock.
     fn now(&self) -> f64 {
         self.core.now()

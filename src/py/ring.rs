@@ -1,10 +1,16 @@
 //! `Ring`: the core ring plus the Python `Exit` objects its owner handles stand for.
+//!
+//! `assign` is installed by hand as a `METH_O` method ([`install_fast_paths`]): under the
+//! abi3-py39 limited API PyO3 can only generate methods that take an argument tuple, and
+//! building that tuple cost a third of a lookup.
 
 use super::errors::{invalid_input, no_exit_available, IntoPyResult};
 use super::exit::PyExit;
-use super::text::with_key;
+use super::text::{with_key, with_list_utf8, BATCH};
 use crate::ring::Ring;
 use parking_lot::RwLock;
+use pyo3::ffi;
+use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use std::sync::Arc;
@@ -68,28 +74,36 @@ impl PyRing {
         Ok(PyRing { state: RwLock::new(State { ring, exits: objects.into_iter().map(Some).collect(), free: Vec::new() }) })
     }
 
-    /// The exit that owns `key`.
-    fn assign(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyExit>> {
-        let state = self.state.read();
-        let handle = with_key(key, "key", |k| state.ring.assign(k))?.ok_or_else(|| empty(py))?;
-        Ok(state.exit(handle).clone_ref(py))
-    }
-
     /// The owners of many keys in one call, in the keys' order.
     fn assign_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         // No Python code may run while the lock is held (a generator could touch this ring),
         // so a lazy iterable is drawn into a list first.
         let keys = as_list(keys)?;
-        let state = self.state.read();
-        if state.ring.is_empty() {
+        if self.state.read().ring.is_empty() {
             return Err(empty(py));
         }
-        let out = PyList::empty(py);
-        for key in keys.iter() {
-            let handle = with_key(&key, "key", |k| state.ring.assign(k))?.ok_or_else(|| empty(py))?;
-            out.append(state.exit(handle).bind(py))?;
+        let n = keys.len();
+        // SAFETY: PyList_New returns a new reference (or NULL with an exception set); its n
+        // slots are NULL until filled below, and a list dropped half-filled frees cleanly.
+        let out = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))? };
+        let (mut positions, mut handles) = ([0u64; BATCH], [0u32; BATCH]);
+        for start in (0..n).step_by(BATCH) {
+            let range = start..n.min(start + BATCH);
+            let (positions, handles) = (&mut positions[..range.len()], &mut handles[..range.len()]);
+            with_list_utf8(&keys, range, "key", |texts| crate::hash::positions_into(texts, positions))?;
+            let state = self.state.read();
+            if !state.ring.assign_positions(positions, handles) {
+                return Err(empty(py));
+            }
+            for (i, &h) in (start..).zip(handles.iter()) {
+                let exit = state.exit(h).clone_ref(py).into_ptr();
+                // SAFETY: `out` is a list of length n > i; PyList_SetItem steals the new
+                // reference to `exit` and releases the slot's previous value, NULL here.
+                unsafe { ffi::PyList_SetItem(out.as_ptr(), i as ffi::Py_ssize_t, exit) };
+            }
         }
-        Ok(out)
+        // SAFETY: `out` is a list, as created above.
+        Ok(unsafe { out.cast_into_unchecked() })
     }
 
     /// Adds one exit; only keys in its new arcs move onto it.
@@ -185,6 +199,68 @@ impl PyRing {
         let state = self.state.read();
         format!("Ring({} exits, {} points, replicas={})", state.ring.len(), state.ring.point_count(), state.ring.replicas())
     }
+}
+
+impl PyRing {
+    /// The exit that owns `key`; the body of the `METH_O` method installed as `Ring.assign`.
+    fn assign(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Py<PyExit>> {
+        let state = self.state.read();
+        let handle = with_key(key, "key", |k| state.ring.assign(k))?.ok_or_else(|| empty(py))?;
+        Ok(state.exit(handle).clone_ref(py))
+    }
+}
+
+/// A method definition CPython can keep a pointer to for the life of the process.
+struct MethodDef(ffi::PyMethodDef);
+
+// SAFETY: the definition is never written after construction; CPython only reads it.
+unsafe impl Sync for MethodDef {}
+
+static ASSIGN: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"assign".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer { PyCFunction: assign_o },
+    ml_flags: ffi::METH_O,
+    // The first line is the signature `inspect.signature` reads, as for built-in methods.
+    ml_doc: c"assign($self, key, /)\n--\n\nThe exit that owns `key`.".as_ptr(),
+});
+
+/// Replaces methods on `Ring` with hand-made ones that CPython calls without an argument
+/// tuple: `METH_O` is in the stable ABI of every version, and CPython calls it directly.
+pub fn install_fast_paths(py: Python<'_>) -> PyResult<()> {
+    let ty = py.get_type::<PyRing>();
+    // SAFETY: `ASSIGN` is a valid `METH_O` definition with 'static lifetime; CPython reads it
+    // and never writes through the pointer. The result is a new reference or NULL with an
+    // exception set.
+    let descr = unsafe {
+        Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::from_ref(&ASSIGN.0).cast_mut()))?
+    };
+    ty.setattr("assign", descr)
+}
+
+/// `Ring.assign` as CPython calls a `METH_O` method: `self` and the one argument, borrowed.
+unsafe extern "C" fn assign_o(slf: *mut ffi::PyObject, key: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls methods only from a thread attached to the interpreter.
+    let py = unsafe { Python::assume_attached() };
+    // A panic must not unwind into CPython: it becomes a PanicException, as in PyO3's methods.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the method descriptor was made for the Ring type, and CPython checks that
+        // `self` is an instance of it before calling (`descr_check`), so `slf` is a live
+        // PyRing; `key` is a live argument that CPython holds for the duration of the call.
+        let (ring, key) = unsafe { (Borrowed::from_ptr(py, slf).cast_unchecked::<PyRing>(), Borrowed::from_ptr(py, key)) };
+        ring.get().assign(py, &key)
+    }));
+    let err = match outcome {
+        Ok(Ok(exit)) => return exit.into_ptr(),
+        Ok(Err(err)) => err,
+        Err(payload) => {
+            let msg = payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
+            PanicException::new_err(msg.unwrap_or_else(|| "panic in Ring.assign".into()))
+        }
+    };
+    // Through PyO3's attach, so that the objects `restore` lets go of are released at once
+    // rather than deferred (PyO3 does not know that CPython's call left the thread attached).
+    Python::attach(|py| err.restore(py));
+    std::ptr::null_mut()
 }
 
 /// The keys as a list, drawing a lazy iterable out before any lock is taken.
