@@ -265,6 +265,9 @@ impl Fleet {
 
     /// Takes one report into the exit's tunnel and site breakers and the fleet's safeguards.
     /// `in_service` is the number of exits the pool has in service; `jitter` a draw in [0, 1).
+    // Each argument is one fact about one report, read straight off the lease; bundling them
+    // would only move the list into a struct built for this one call.
+    #[allow(clippy::too_many_arguments)]
     pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: u8, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         self.learn(h, report);
@@ -285,30 +288,7 @@ impl Fleet {
 
         // The tunnel.
         match Signal::for_tunnel(report.outcome) {
-            Some(signal) => {
-                let b = &mut self.tunnel[hu];
-                let was = b.failing(&self.cfg);
-                let failed = b.observe(&self.cfg, signal, trial & TRIAL_TUNNEL != 0);
-                let is = b.failing(&self.cfg);
-                self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
-                self.judge_global(threshold, now);
-                if let Some(failed) = failed {
-                    let ejection = if self.global_incident.is_some() {
-                        Ejection::Suspended
-                    } else if self.tunnel_ejected + 1 > cap || in_service.saturating_sub(self.tunnel_ejected + 1) < self.cfg.min_in_service {
-                        Ejection::Refused
-                    } else {
-                        Ejection::Allowed
-                    };
-                    let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
-                    // A state change starts the breaker afresh: keep the failing count true.
-                    let after = self.tunnel[hu].failing(&self.cfg);
-                    self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
-                    if let Some(t) = t {
-                        self.tunnel_changed(h, t, now);
-                    }
-                }
-            }
+            Some(signal) => self.tunnel_signal(h, signal, trial & TRIAL_TUNNEL != 0, in_service, now, jitter),
             None if trial & TRIAL_TUNNEL != 0 => self.tunnel[hu].trial_done(),
             None => {}
         }
@@ -468,19 +448,33 @@ impl Fleet {
             return;
         }
         let signal = if ok { Signal::Success } else { Signal::Failure(1.0) };
+        self.tunnel_signal(h, signal, false, in_service, now, jitter);
+    }
+
+    /// One signal into exit `h`'s tunnel breaker, judged against the whole fleet: the
+    /// global incident, the ejection cap and the minimum in service.
+    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: bool, in_service: u32, now: f64, jitter: f64) {
+        let hu = h as usize;
         let b = &mut self.tunnel[hu];
         let was = b.failing(&self.cfg);
-        let Some(failed) = b.observe(&self.cfg, signal, false) else { return };
+        let failed = b.observe(&self.cfg, signal, trial);
+        let is = b.failing(&self.cfg);
+        self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
+        let threshold = self.incident_threshold(in_service);
+        self.judge_global(threshold, now);
+        let Some(failed) = failed else { return };
+        let cap = self.ejection_cap(in_service);
         let ejection = if self.global_incident.is_some() {
             Ejection::Suspended
-        } else if self.tunnel_ejected + 1 > self.ejection_cap(in_service) {
+        } else if self.tunnel_ejected + 1 > cap || in_service.saturating_sub(self.tunnel_ejected + 1) < self.cfg.min_in_service {
             Ejection::Refused
         } else {
             Ejection::Allowed
         };
         let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
-        let is = self.tunnel[hu].failing(&self.cfg);
-        self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
+        // A state change starts the breaker afresh: keep the failing count true.
+        let after = self.tunnel[hu].failing(&self.cfg);
+        self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
         if let Some(t) = t {
             self.tunnel_changed(h, t, now);
         }
