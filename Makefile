@@ -25,6 +25,7 @@ test-rust: ## the pure core's tests (no Python involved)
 	cargo test --quiet
 
 test-python: $(BIN)/python ## build and install the wheel with the test extras, then pytest
+	bash scripts/test-deps.sh
 	$(BIN)/pip install -q ".[test]"
 	$(BIN)/python -m pytest
 

@@ -48,6 +48,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--remove", action="append", default=[], metavar="ID", help="remove the exit with this id (repeatable)")
     c.add_argument("--keys", type=int, default=100_000, metavar="N", help="number of keys to place (default %(default)s)")
     c.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS, help="ring points per unit of capacity (default %(default)s)")
+
+    r = sub.add_parser(
+        "report",
+        help="render a pool snapshot: figures, exits by state, the exit x site heatmap, a verdict",
+        description=(
+            "Render a pool.snapshot() written as JSON: the pool figures, the exits by state, the "
+            "exit x site success-rate heatmap (a red row is a bad exit, a red column a bad site) "
+            "and a verdict naming the bad exits and bad sites."
+        ),
+    )
+    r.add_argument("snapshot", metavar="SNAPSHOT", help="the snapshot JSON file, or - for standard input")
+    r.add_argument("--html", metavar="FILE", help="write a self-contained HTML page (every exit and site) instead")
+    r.add_argument("--top", type=int, default=40, metavar="N", help="terminal: show the worst N exits (default %(default)s)")
+    r.add_argument("--width", type=int, default=None, metavar="COLUMNS", help="terminal: render this wide (default: the terminal's)")
     return p
 
 
@@ -121,6 +135,32 @@ def _churn(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from . import _report as report
+
+    if args.top < 1:
+        raise _Usage(f"--top must be at least 1, got {args.top}")
+    if args.width is not None and args.width < 40:
+        raise _Usage(f"--width must be at least 40, got {args.width}")
+    if args.html is None:
+        try:
+            from rich.console import Console
+        except ImportError:
+            raise _Usage("the terminal report needs rich: pip install 'exitpool[report]' (or use --html FILE)") from None
+    try:
+        snapshot = report.load(args.snapshot)
+    except report.SnapshotError as e:
+        raise _Usage(str(e)) from None
+    if args.html is not None:
+        page = report.render_html(snapshot)
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page)
+        print(f"wrote {args.html}: {report.verdict(snapshot).line()}")
+        return 0
+    report.render_terminal(snapshot, Console(highlight=False, width=args.width), max_exits=args.top)
+    return 0
+
+
 class _Usage(Exception):
     pass
 
@@ -128,7 +168,7 @@ class _Usage(Exception):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"assign": _assign, "churn": _churn}[args.command](args)
+        return {"assign": _assign, "churn": _churn, "report": _report}[args.command](args)
     except (_Usage, Error, OSError) as e:
         print(f"exitpool: {e}", file=sys.stderr)
         return 2
