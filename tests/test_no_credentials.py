@@ -1,0 +1,96 @@
+"""No proxy password anywhere an operator or a log can see it: one pool with passwords driven
+through every path (leases, reports, exceptions, events, logs, snapshot, Prometheus, the
+terminal report, the HTML report, reprs), then a search for the password in all of it."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+import exitpool
+from exitpool import Exit, ManualClock, Pool, Ring, load_exits
+from exitpool._cli import main as cli
+from exitpool._report import render_html
+from exitpool.prometheus import PoolCollector
+
+PASSWORD = "hunter2-S3CRET"
+
+
+def test_the_password_appears_nowhere(tmp_path, caplog, capsys):
+    caplog.set_level(logging.DEBUG, logger="exitpool")
+    seen: list = []
+    clock = ManualClock()
+    exits = [Exit(f"e{i}", f"http://user{i}:{PASSWORD}@gw.example:{8000 + i}", ip=f"198.51.100.{i + 1}") for i in range(6)]
+    pool = Pool(exits, strategy="round_robin", clock=clock, warmup=True, calibrate=True, lease_ttl=5.0, seed=1)
+    pool.on_event(seen.append)
+    texts: list = [repr(e) for e in exits] + [str(e) for e in exits] + [repr(pool), repr(Ring(exits))]
+    errors: list = []
+
+    def attempt(fn):
+        try:
+            fn()
+        except exitpool.Error as e:
+            errors.append(e)
+
+    for step in range(300):
+        clock.advance(0.5)
+        site = ["shop.example", "news.example"][step % 2]
+        key = f"acct-{step % 5}" if step % 3 == 0 else None
+        try:
+            with pool.lease(key, site=site, timeout=0) as lease:
+                texts.append(repr(lease))
+                if lease.exit_id == "e2":
+                    raise ConnectionError("proxy refused")
+                lease.report(status=403 if site == "shop.example" else 200, latency=0.2, captcha=step % 11 == 0)
+        except ConnectionError:
+            pass
+        except exitpool.Error as e:
+            errors.append(e)
+            if isinstance(e, exitpool.SessionExitLost):
+                pool.end_session(e.key)
+    pool.acquire()  # left to expire: a lease_expired event
+    clock.advance(10)
+    pool.record_probe("e1", True, observed_ip="203.0.113.9")  # drift
+    attempt(lambda: Exit("bad", f"http://user:{PASSWORD}@gw.example:99999"))
+    attempt(lambda: Exit("bad", f"ftp://user:{PASSWORD}@gw.example:21"))
+    attempt(lambda: load_exits([f"gw.example:8000:user:{PASSWORD}", f"gw.example:8000:user:{PASSWORD}"]))
+    attempt(lambda: pool.add(exits[0]))
+    pool.recalibrate()
+    pool.bench("e3")
+
+    snapshot = pool.snapshot()
+    texts.append(json.dumps(snapshot))
+    texts.append(json.dumps(pool.events()))
+    texts.append(json.dumps(seen))
+    texts += [str(e) for e in errors] + [repr(e) for e in errors]
+    texts += [r.getMessage() for r in caplog.records]
+    registry = CollectorRegistry()
+    registry.register(PoolCollector(pool, per_site=True))
+    texts.append(generate_latest(registry).decode())
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(snapshot))
+    html = tmp_path / "report.html"
+    assert cli(["report", str(path)]) == 0
+    assert cli(["report", str(path), "--html", str(html)]) == 0
+    texts.append(html.read_text())
+    texts.append(render_html(snapshot))
+    exits_file = tmp_path / "exits.txt"
+    exits_file.write_text("".join(f"http://user{i}:{PASSWORD}@gw.example:{9000 + i}\n" for i in range(3)))
+    assert cli(["assign", "--exits", str(exits_file), "acct-1", "acct-2"]) == 0
+    assert cli(["churn", "--exits", str(exits_file), "--add", "1", "--keys", "1000"]) == 0
+    out = capsys.readouterr()
+    texts += [out.out, out.err]
+
+    # The run really went through the paths it claims to.
+    kinds = {e["kind"] for e in seen}
+    assert {"state_changed", "lease_expired", "exit_drifted", "benched"} <= kinds, kinds
+    assert errors and caplog.records
+    assert "exitpool_exit_outcomes_total" in texts[-5] or any("exitpool_exit_outcomes_total" in t for t in texts)
+    leaks = [t for t in texts if PASSWORD in t]
+    assert not leaks, leaks[0][:400]
+    # The password is still there for the clients that need it.
+    assert PASSWORD in exits[0].proxy and PASSWORD in exits[0].proxies["https"]
