@@ -21,6 +21,15 @@ pub enum Admit {
     Cooling(f64),
 }
 
+/// An active probe's verdict on an exit's tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Ok,
+    Failed,
+    /// It answered, but from another address than the exit's `ip`.
+    Drifted,
+}
+
 /// Which breakers a lease went out through as a half-open trial.
 pub const TRIAL_TUNNEL: u8 = 1;
 pub const TRIAL_SITE: u8 = 2;
@@ -440,14 +449,20 @@ impl Fleet {
     /// counts towards a quarantined or probing exit's return (and revives a dead one); a
     /// failure sends a returning exit back with a longer backoff. Traffic decides who leaves,
     /// so a failed probe of an exit in service only counts like any tunnel failure.
-    pub fn probe(&mut self, h: u32, ok: bool, in_service: u32, now: f64, jitter: f64) {
+    pub fn probe(&mut self, h: u32, verdict: Probe, in_service: u32, now: f64, jitter: f64) {
         self.poll(now);
         let hu = h as usize;
-        if ok && self.tunnel[hu].state() == State::Dead {
+        if verdict == Probe::Ok && self.tunnel[hu].state() == State::Dead {
             self.revive(h, now);
             return;
         }
-        let signal = if ok { Signal::Success } else { Signal::Failure(1.0) };
+        let signal = match verdict {
+            Probe::Ok => Signal::Success,
+            Probe::Failed => Signal::Failure(1.0),
+            // Every account leased there from now on would present a new address: one
+            // verdict is enough to take it out (within the cap), not five.
+            Probe::Drifted => Signal::Failure(self.cfg.consecutive),
+        };
         self.tunnel_signal(h, signal, false, in_service, now, jitter);
     }
 

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
-use crate::fleet::{Admit, Fleet};
+use crate::fleet::{Admit, Fleet, Probe};
 use crate::health::{HealthConfig, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
@@ -685,7 +685,12 @@ impl Pool {
         }
         let in_service = st.views[0].members.len() as u32;
         let jitter = st.rng.random::<f64>();
-        st.fleet.probe(h, ok && !drifted, in_service, now, jitter);
+        let verdict = match (ok, drifted) {
+            (_, true) => Probe::Drifted,
+            (true, false) => Probe::Ok,
+            (false, false) => Probe::Failed,
+        };
+        st.fleet.probe(h, verdict, in_service, now, jitter);
         Ok(drifted)
     }
 

@@ -12,7 +12,15 @@ from typing import Any, Callable, Dict, List
 logger = logging.getLogger("exitpool")
 
 _WARNING_KINDS = frozenset(
-    {"site_incident_opened", "global_incident_opened", "session_lost", "ejection_refused", "lease_expired"}
+    {
+        "site_incident_opened",
+        "global_incident_opened",
+        "session_lost",
+        "ejection_refused",
+        "lease_expired",
+        "exit_drifted",
+        "probe_failed",
+    }
 )
 
 
