@@ -296,7 +296,7 @@ impl Fleet {
         let cap = self.ejection_cap(in_service);
 
         // The tunnel.
-        match Signal::for_tunnel(report.outcome) {
+        match Signal::for_tunnel(report.outcome, &self.cfg) {
             Some(signal) => self.tunnel_signal(h, signal, trial & TRIAL_TUNNEL != 0, in_service, now, jitter),
             None if trial & TRIAL_TUNNEL != 0 => self.tunnel[hu].trial_done(),
             None => {}

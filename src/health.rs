@@ -61,6 +61,10 @@ pub struct HealthConfig {
     pub degrade_at: f64,
     /// Weight of a block (403, 407, 451): evidence about the exit itself.
     pub block_weight: f64,
+    /// Weight of a refused or broken connection to the proxy, on the exit's tunnel breaker.
+    /// 1 like Envoy's consecutive gateway failures; raise it towards the 3 of a 407 when a
+    /// reset reliably means a dead endpoint for your provider.
+    pub connect_weight: f64,
     /// Calls in the sliding window (at most 64).
     pub window: u32,
     /// Calls the window needs before its rates are judged (resilience4j's minimumNumberOfCalls).
@@ -109,6 +113,7 @@ impl Default for HealthConfig {
             consecutive: 5.0,
             degrade_at: 2.0,
             block_weight: 3.0,
+            connect_weight: 1.0,
             window: 20,
             min_calls: 10,
             failure_rate: 0.3,
@@ -139,6 +144,7 @@ impl HealthConfig {
             ("consecutive", self.consecutive),
             ("degrade_at", self.degrade_at),
             ("block_weight", self.block_weight),
+            ("connect_weight", self.connect_weight),
             ("base_ejection", self.base_ejection),
             ("max_ejection", self.max_ejection),
         ];
@@ -228,9 +234,9 @@ impl Signal {
 
     /// The signal a report sends to the exit's tunnel breaker: any answer from the far side
     /// proves the tunnel works; a refused or broken connection is a tunnel failure.
-    pub fn for_tunnel(outcome: Outcome) -> Option<Signal> {
+    pub fn for_tunnel(outcome: Outcome, cfg: &HealthConfig) -> Option<Signal> {
         match outcome {
-            Outcome::Connect => Some(Signal::Failure(1.0)),
+            Outcome::Connect => Some(Signal::Failure(cfg.connect_weight)),
             Outcome::Other => None,
             _ => Some(Signal::Success),
         }

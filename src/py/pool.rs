@@ -133,6 +133,7 @@ fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<Hea
             "consecutive" => cfg.consecutive = number()?,
             "degrade_at" => cfg.degrade_at = number()?,
             "block_weight" => cfg.block_weight = number()?,
+            "connect_weight" => cfg.connect_weight = number()?,
             "window" => cfg.window = count()?,
             "min_calls" => cfg.min_calls = count()?,
             "failure_rate" => cfg.failure_rate = number()?,

@@ -2,7 +2,7 @@
 //!
 //! `assign` is installed by hand as a `METH_O` method ([`install_fast_paths`]): under the
 //! abi3-py39 limited API PyO3 can only generate methods that take an argument tuple, and
-//! building that tuple cost a third of a lookup.
+//! building and parsing that tuple cost about 50 ns a call, more than hashing the key.
 
 use super::errors::{invalid_input, no_exit_available, IntoPyResult};
 use super::exit::PyExit;
