@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python ## build the wheel and install it into .venv
-	$(BIN)/pip install -q .
+install: $(BIN)/python ## build the wheel and install it into .venv (with the demo's extras)
+	$(BIN)/pip install -q ".[aiohttp,report]"
 
-demo: install ## install, then run the main job
-	$(BIN)/exitpool churn --exits examples/exits.txt --add 1
+demo: install ## install, then run the main job: the loopback fleet demo, naive vs exitpool
+	$(BIN)/exitpool demo
 
 test: test-rust test-python ## install what the tests need and run every test (cargo and pytest)
 
