@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from ._core import DEFAULT_REPLICAS, Exit, Ring, _position
 from ._errors import Error
@@ -62,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--html", metavar="FILE", help="write a self-contained HTML page (every exit and site) instead")
     r.add_argument("--top", type=int, default=40, metavar="N", help="terminal: show the worst N exits (default %(default)s)")
     r.add_argument("--width", type=int, default=None, metavar="COLUMNS", help="terminal: render this wide (default: the terminal's)")
+    r.add_argument(
+        "--live",
+        action="store_true",
+        help="re-render whenever SNAPSHOT changes (a running pool writing it, e.g. exitpool demo --snapshot FILE)",
+    )
+    r.add_argument("--for", dest="live_for", type=float, default=None, metavar="S", help="with --live: stop after S seconds")
 
     d = sub.add_parser(
         "demo",
@@ -76,7 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds per run (default %(default)s)")
     d.add_argument("--quick", action="store_true", help="10 seconds per run")
     d.add_argument("--plain", action="store_true", help="no live display: progress lines, for CI logs")
-    d.add_argument("--snapshot", metavar="FILE", help="also write exitpool's final snapshot here (for exitpool report)")
+    d.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="write exitpool's snapshot here every second while it runs (watch it with exitpool report --live FILE)",
+    )
     return p
 
 
@@ -94,7 +104,7 @@ def _demo(args: argparse.Namespace) -> int:
             import rich  # noqa: F401
         except ImportError:
             plain = True
-    naive, pool, snapshot = demo.run(duration, plain=plain, out=sys.stdout)
+    naive, pool, snapshot = demo.run(duration, plain=plain, out=sys.stdout, snapshot_path=args.snapshot)
     rows = demo.table(naive, pool)
     width = max(len(r[0]) for r in rows)
     print()
@@ -104,11 +114,7 @@ def _demo(args: argparse.Namespace) -> int:
     print()
     print("naive: a random exit from the list for every request (accounts too); its 'falsely quarantined'")
     print("figure is what a 3-strikes health check would have quarantined on the same traffic.")
-    if args.snapshot and snapshot is not None:
-        import json
-
-        with open(args.snapshot, "w", encoding="utf-8") as f:
-            json.dump(snapshot, f)
+    if args.snapshot:
         print(f"exitpool's final snapshot: {args.snapshot} (exitpool report {args.snapshot})")
     return 0
 
@@ -195,6 +201,10 @@ def _report(args: argparse.Namespace) -> int:
             from rich.console import Console
         except ImportError:
             raise _Usage("the terminal report needs rich: pip install 'exitpool[report]' (or use --html FILE)") from None
+    if args.live:
+        if args.html is not None or args.snapshot == "-":
+            raise _Usage("--live watches a snapshot file: give a path, and no --html")
+        return _report_live(args, report, Console(highlight=False, width=args.width))
     try:
         snapshot = report.load(args.snapshot)
     except report.SnapshotError as e:
@@ -206,6 +216,32 @@ def _report(args: argparse.Namespace) -> int:
         print(f"wrote {args.html}: {report.verdict(snapshot).line()}")
         return 0
     report.render_terminal(snapshot, Console(highlight=False, width=args.width), max_exits=args.top)
+    return 0
+
+
+def _report_live(args: argparse.Namespace, report: Any, console: Any) -> int:
+    """Re-render whenever the file changes; bounded by --for, else until Ctrl-C."""
+    import os
+    import time
+
+    deadline = None if args.live_for is None else time.monotonic() + args.live_for
+    seen = None
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            stamp = os.stat(args.snapshot).st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp is not None and stamp != seen:
+            try:
+                snapshot = report.load(args.snapshot)
+            except report.SnapshotError:
+                snapshot = None  # caught mid-write: the writer replaces it whole, look again
+            if snapshot is not None:
+                seen = stamp
+                console.clear()
+                report.render_terminal(snapshot, console, max_exits=args.top)
+                console.print(f"[dim]live: {args.snapshot}, re-rendered when it changes (Ctrl-C to stop)[/dim]")
+        time.sleep(0.25)
     return 0
 
 

@@ -164,7 +164,25 @@ async def _naive(tb: Any, duration: float, progress: Callable[[str, Tally], None
     return tally
 
 
-async def _exitpool(tb: Any, duration: float, progress: Callable[[str, Tally], None]) -> Tuple[Tally, Any]:
+async def _write_snapshots(pool: Any, path: str, stop: asyncio.Event) -> None:
+    """Every second, the pool's snapshot to `path`, replaced whole so a reader never sees half."""
+    import json
+    import os
+
+    while not stop.is_set():
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(pool.snapshot(), f)
+        os.replace(tmp, path)
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _exitpool(
+    tb: Any, duration: float, progress: Callable[[str, Tally], None], snapshot_path: Optional[str] = None
+) -> Tuple[Tally, Any]:
     import aiohttp
 
     from . import Cooling, NoExitAvailable, Pool, SessionExitLost, WarmingUp
@@ -233,23 +251,30 @@ async def _exitpool(tb: Any, duration: float, progress: Callable[[str, Tally], N
             progress("exitpool", tally)
             await asyncio.sleep(rnd.uniform(*THINK))
 
+    stop = asyncio.Event()
+    writer = asyncio.ensure_future(_write_snapshots(pool, snapshot_path, stop)) if snapshot_path else None
     async with aiohttp.ClientSession() as session:
         async with ProbeLoop(pool, tb.control_urls, interval=(1.0, 2.0), idle=5.0, timeout=2.0, seed=7):
             workers = [worker(session, f"acct-{i}", i) for i in range(ACCOUNTS)]
             workers += [worker(session, None, 1000 + i) for i in range(KEYLESS_WORKERS)]
             await asyncio.gather(world.script(resize), *workers)
+    stop.set()
+    if writer is not None:
+        await writer
     tally.false_quarantines = len(incident_quarantines)
     return tally, pool.snapshot()
 
 
-async def _one(kind: str, duration: float, progress: Callable[[str, Tally], None]) -> Tuple[Tally, Any]:
+async def _one(
+    kind: str, duration: float, progress: Callable[[str, Tally], None], snapshot_path: Optional[str] = None
+) -> Tuple[Tally, Any]:
     from .testbed import Testbed
 
     # The site allows each IP 4 requests a second: spreading load matters.
     async with Testbed(n_exits=EXITS, rate=4.0, burst=6.0, ban_after=1000, seed=3) as tb:
         if kind == "naive":
             return await _naive(tb, duration, progress), None
-        return await _exitpool(tb, duration, progress)
+        return await _exitpool(tb, duration, progress, snapshot_path)
 
 
 ROWS = (
@@ -267,7 +292,7 @@ def table(naive: Tally, pool: Tally) -> List[Tuple[str, str, str]]:
     return [(name, a[name], b[name]) for name in ["requests sent", *(r for r, _ in ROWS)]]
 
 
-def run(duration: float, *, plain: bool, out: Any) -> Tuple[Tally, Tally, Any]:
+def run(duration: float, *, plain: bool, out: Any, snapshot_path: Optional[str] = None) -> Tuple[Tally, Tally, Any]:
     """Both runs, one after the other, with a live display unless `plain`."""
     results: Dict[str, Tally] = {}
     snapshot = None
@@ -282,7 +307,7 @@ def run(duration: float, *, plain: bool, out: Any) -> Tuple[Tally, Tally, Any]:
 
         for kind in ("naive", "exitpool"):
             print(f"running {kind} for {duration:.0f} s ...", file=out, flush=True)
-            results[kind], snap = asyncio.run(_one(kind, duration, progress))
+            results[kind], snap = asyncio.run(_one(kind, duration, progress, snapshot_path))
             snapshot = snap or snapshot
         return results["naive"], results["exitpool"], snapshot
 
@@ -310,6 +335,6 @@ def run(duration: float, *, plain: bool, out: Any) -> Tuple[Tally, Tally, Any]:
             live.update(render())
 
         for kind in ("naive", "exitpool"):
-            results[kind], snap = asyncio.run(_one(kind, duration, progress))
+            results[kind], snap = asyncio.run(_one(kind, duration, progress, snapshot_path))
             snapshot = snap or snapshot
     return results["naive"], results["exitpool"], snapshot
