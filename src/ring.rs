@@ -7,13 +7,12 @@
 //! Owners are caller-chosen `u32` handles, so the pool and the bindings can map them to
 //! whatever they keep per exit without the ring knowing about it.
 //!
-//! Lookup layout: a plain binary search over a 160,000-point ring misses the cache on most of
-//! its ~17 steps, and on a large ring those misses are the lookup's whole cost. So positions
-//! are split by their top bits into 2 to 4 times as many slots as there are points, and each
-//! 16-byte slot answers its keys by itself when it holds at most one point (91 to 97% of
-//! keys, by how full the table is): one cache miss per lookup. Slots holding more points send
-//! the key to a short search of the sorted `(position, owner)` array, which also serves walks
-//! and updates.
+//! Lookup layout: points are `(position, owner)` pairs in one sorted array (one cache line
+//! answers both questions), and a bucket table indexed by a position's top bits narrows the
+//! search to a handful of points. A plain binary search over a 160,000-point ring misses the
+//! cache on most of its ~17 steps; the table turns that into about two misses. (A table whose
+//! 16-byte entries answer most keys in one miss was tried: at 2 to 4 entries per point it is
+//! larger than both arrays together, and measured no faster, one key or a batch.)
 
 use crate::error::{Error, Result};
 use crate::hash::{position, positions_into};
@@ -29,24 +28,6 @@ struct Point {
     owner: u32,
 }
 
-/// The answer for the positions whose top bits are this slot's index.
-///
-/// With at most one point in the slot, a key at `pos` goes to `below` if `pos < split`, else to
-/// `above` (an empty slot has `below == above`, the owner of the next point on the ring). With
-/// more, `split`'s top bits differ from the slot's index, and `below..above` is the range of
-/// `points` to search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C, align(16))]
-struct Slot {
-    split: u64,
-    below: u32,
-    above: u32,
-}
-
-/// The table grows to 2^MAX_SLOT_BITS slots (32 MiB) at most: past a million points, more
-/// slots hold several points and send their keys to a search, instead of the table growing.
-const MAX_SLOT_BITS: u32 = 21;
-
 #[derive(Debug, Clone)]
 pub struct Ring {
     salt: String,
@@ -54,8 +35,8 @@ pub struct Ring {
     points: Vec<Point>,
     /// exit id -> (owner handle, capacity)
     nodes: HashMap<String, (u32, u32)>,
-    /// Indexed by a position's top `64 - shift` bits.
-    slots: Vec<Slot>,
+    /// `buckets[b]` is the index of the first point whose top bits are >= b.
+    buckets: Vec<u32>,
     shift: u32,
 }
 
@@ -64,7 +45,7 @@ impl Ring {
         if replicas == 0 {
             return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
         }
-        Ok(Ring { salt: salt.to_owned(), replicas, points: Vec::new(), nodes: HashMap::new(), slots: Vec::new(), shift: 63 })
+        Ok(Ring { salt: salt.to_owned(), replicas, points: Vec::new(), nodes: HashMap::new(), buckets: vec![0, 0], shift: 63 })
     }
 
     /// Builds a ring in one pass: every point hashed once, one sort, one index.
@@ -149,47 +130,45 @@ impl Ring {
     /// The owner of the first point strictly after `pos`, wrapping.
     #[inline]
     pub fn assign_position(&self, pos: u64) -> Option<u32> {
-        let slot = self.slots.get((pos >> self.shift) as usize)?;
-        Some(self.resolve(slot, pos))
+        if self.points.is_empty() {
+            return None;
+        }
+        Some(self.owner_after(pos))
     }
 
     /// The owners of many positions: `out[i]` for `positions[i]`; `false` (and `out`
     /// untouched) on an empty ring.
     ///
-    /// On a ring larger than the cache every lookup is a cache miss; asking for the slots of
-    /// keys a little ahead lets those misses overlap instead of queueing one after another.
+    /// On a ring larger than the cache each lookup is two dependent cache misses (bucket, then
+    /// points). Asking for the bucket of a key far ahead, and for the points of a key nearer
+    /// (whose bucket has arrived by then), lets the misses of many keys overlap instead of
+    /// queueing one after another.
     pub fn assign_positions(&self, positions: &[u64], out: &mut [u32]) -> bool {
         assert_eq!(positions.len(), out.len(), "one output per position");
         if self.points.is_empty() {
             return false;
         }
-        const AHEAD: usize = 8;
+        const BUCKET_AHEAD: usize = 16;
+        const POINTS_AHEAD: usize = 8;
         for (i, (&pos, o)) in positions.iter().zip(out.iter_mut()).enumerate() {
-            if let Some(&next) = positions.get(i + AHEAD) {
-                prefetch(&self.slots[(next >> self.shift) as usize]);
+            if let Some(&far) = positions.get(i + BUCKET_AHEAD) {
+                prefetch(&self.buckets[(far >> self.shift) as usize]);
             }
-            *o = self.resolve(&self.slots[(pos >> self.shift) as usize], pos);
+            if let Some(&near) = positions.get(i + POINTS_AHEAD) {
+                if let Some(point) = self.points.get(self.buckets[(near >> self.shift) as usize] as usize) {
+                    prefetch(point);
+                }
+            }
+            *o = self.owner_after(pos);
         }
         true
     }
 
-    #[inline]
-    fn resolve(&self, slot: &Slot, pos: u64) -> u32 {
-        if (slot.split ^ pos) >> self.shift == 0 {
-            if pos < slot.split {
-                slot.below
-            } else {
-                slot.above
-            }
-        } else {
-            self.search(slot.below as usize, slot.above as usize, pos)
-        }
-    }
-
-    /// The owner of the first point after `pos`, knowing that it is at index `lo..=hi` (or that
-    /// it is index 0 if `hi` is the end).
-    #[cold]
-    fn search(&self, lo: usize, hi: usize, pos: u64) -> u32 {
+    /// The owner of the first point strictly after `pos`, wrapping, on a ring with points.
+    #[inline(always)]
+    fn owner_after(&self, pos: u64) -> u32 {
+        let b = (pos >> self.shift) as usize;
+        let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
         let i = lo + self.points[lo..hi].partition_point(|p| p.pos <= pos);
         self.points.get(i).unwrap_or(&self.points[0]).owner
     }
@@ -201,10 +180,10 @@ impl Ring {
         let start = if n == 0 {
             0
         } else {
-            // The slots know owners, not indexes; walks are the rare path (the pool walks only
-            // when the owner is full or out of service), so a plain binary search does here.
             let pos = position(key.as_bytes());
-            self.points.partition_point(|p| p.pos <= pos) % n
+            let b = (pos >> self.shift) as usize;
+            let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
+            (lo + self.points[lo..hi].partition_point(|p| p.pos <= pos)) % n
         };
         let mut seen: Vec<u32> = Vec::new();
         let distinct = self.nodes.len();
@@ -256,46 +235,36 @@ impl Ring {
         }
     }
 
-    /// Rebuilds the slot table, sized so that a slot holds a quarter to half a point.
+    /// Rebuilds the bucket table, sized so that a bucket holds about one point.
     fn reindex(&mut self) {
-        self.slots.clear();
-        let n = self.points.len();
-        if n == 0 {
-            return;
-        }
-        let bits = (usize::BITS - (n - 1).leading_zeros() + 1).clamp(1, MAX_SLOT_BITS);
+        let n = self.points.len().max(1);
+        let bits = (usize::BITS - (n - 1).leading_zeros()).clamp(1, 24);
         self.shift = 64 - bits;
         let count = 1usize << bits;
-        self.slots.reserve_exact(count);
-        let owner_at = |i: usize| self.points[if i == n { 0 } else { i }].owner;
+        self.buckets.clear();
+        self.buckets.reserve(count + 1);
         let mut i = 0usize;
         for b in 0..count {
-            let lo = i;
-            while i < n && (self.points[i].pos >> self.shift) as usize == b {
+            while i < self.points.len() && ((self.points[i].pos >> self.shift) as usize) < b {
                 i += 1;
             }
-            let start = (b as u64) << self.shift;
-            self.slots.push(match i - lo {
-                0 => Slot { split: start, below: owner_at(i), above: owner_at(i) },
-                1 => Slot { split: self.points[lo].pos, below: self.points[lo].owner, above: owner_at(i) },
-                // The complement of the slot's start has other top bits, which marks the slot.
-                _ => Slot { split: !start, below: lo as u32, above: i as u32 },
-            });
+            self.buckets.push(i as u32);
         }
+        self.buckets.push(self.points.len() as u32);
     }
 }
 
-/// Asks the CPU to start loading `slot` into the cache, without waiting for it.
+/// Asks the CPU to start loading `item` into the cache, without waiting for it.
 #[inline(always)]
-fn prefetch(slot: &Slot) {
+fn prefetch<T>(item: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is only a hint: it never faults and changes no state that the program
     // can observe; the address is that of a live reference anyway.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((slot as *const Slot).cast());
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(item).cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = slot;
+    let _ = item;
 }
 
 fn push_decimal(buf: &mut Vec<u8>, mut v: u64) {
@@ -385,13 +354,13 @@ mod tests {
     }
 
     /// Positions where a lookup can go wrong: at, just before and just after every point, and
-    /// at both edges of every slot.
+    /// at both edges of every bucket.
     fn probes(ring: &Ring) -> Vec<u64> {
         let mut probes = vec![0, 1, u64::MAX - 1, u64::MAX];
         for p in &ring.points {
             probes.extend([p.pos.wrapping_sub(1), p.pos, p.pos.wrapping_add(1)]);
         }
-        for b in 0..ring.slots.len() as u64 {
+        for b in 0..ring.buckets.len() as u64 - 1 {
             let start = b << ring.shift;
             probes.extend([start, start.wrapping_sub(1)]);
         }
@@ -417,12 +386,12 @@ mod tests {
     }
 
     #[test]
-    fn the_slot_table_agrees_with_a_plain_search() {
+    fn the_bucket_table_agrees_with_a_plain_search() {
         for (replicas, exits) in [(1, 1), (1, 2), (1, 3), (3, 7), (10, 10), (16, 64), (160, 40)] {
             let ids: Vec<String> = (0..exits).map(|i| format!("e{i}")).collect();
             check(&Ring::build(replicas, DEFAULT_SALT, ids.iter().enumerate().map(|(i, id)| (id.as_str(), 1, i as u32))).unwrap());
         }
-        // Crowded slots, equal positions, the ends of the ring and of slots.
+        // Crowded buckets, equal positions, the ends of the ring and of buckets.
         let edge = 1u64 << 62;
         check(&with_points(&[(0, 1), (u64::MAX, 2)]));
         check(&with_points(&[(5, 1), (5, 2), (5, 3)]));
@@ -453,4 +422,3 @@ mod tests {
         assert_eq!(sorted, vec![0, 1, 2, 3, 4, 5]);
     }
 }
-

@@ -68,8 +68,9 @@ class Ring:
     """
 
     def __init__(self, exits: Optional[Iterable[Exit]] = None, *, replicas: int = ..., salt: str = "vnode") -> None: ...
-    def assign(self, key: str) -> Exit:
-        """The exit that owns ``key``; raises :class:`NoExitAvailable` on an empty ring."""
+    def assign(self, key: str, /) -> Exit:
+        """The exit that owns ``key``; raises :class:`NoExitAvailable` on an empty ring.
+        (Positional only: it is a ``METH_O`` method, called without an argument tuple.)"""
     def assign_many(self, keys: Iterable[str]) -> List[Exit]:
         """The owners of many keys in one call, in order."""
     def add(self, exit: Exit) -> None: ...

@@ -64,21 +64,22 @@ pub fn with_list_utf8<R>(list: &Bound<'_, PyList>, range: Range<usize>, what: &s
         let texts: Vec<&[u8]> = owned.iter().map(|t| t.as_bytes()).collect();
         return Ok(f(&texts));
     }
-    // The items first, asking for each string's header on the way: the strings of a large
-    // batch are rarely in the cache, and these loads then overlap instead of stalling one by one.
-    let mut items = [std::ptr::null_mut::<ffi::PyObject>(); BATCH];
-    let count = range.len();
-    for (item, i) in items.iter_mut().zip(range) {
+    let mut texts: [&[u8]; BATCH] = [&[]; BATCH];
+    let (count, len) = (range.len(), list.len());
+    for (text, i) in texts.iter_mut().zip(range) {
+        // The string a batch ahead is rarely in the cache yet: asked for now, it arrives while
+        // this batch is hashed, instead of stalling the next batch one string at a time.
+        if i + BATCH < len {
+            // SAFETY: `list` is a live list and the index is in bounds, so this is a borrowed
+            // reference to an item (only its address is used).
+            prefetch(unsafe { ffi::PyList_GetItem(list.as_ptr(), (i + BATCH) as ffi::Py_ssize_t) });
+        }
         // SAFETY: `list` is a live list; PyList_GetItem checks the index and returns a
         // borrowed reference, or NULL with an IndexError set.
-        *item = unsafe { ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t) };
+        let item = unsafe { ffi::PyList_GetItem(list.as_ptr(), i as ffi::Py_ssize_t) };
         if item.is_null() {
             return Err(PyErr::fetch(py));
         }
-        prefetch(*item);
-    }
-    let mut texts: [&[u8]; BATCH] = [&[]; BATCH];
-    for (text, &item) in texts.iter_mut().zip(&items[..count]) {
         // SAFETY: `item` is non-NULL and the list holds a reference to it.
         let item = unsafe { Borrowed::from_ptr(py, item) };
         let s = as_str(&item, what)?;
