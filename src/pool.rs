@@ -13,7 +13,7 @@ use crate::fleet::{Admit, Fleet, Probe};
 use crate::health::{HealthConfig, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
-use crate::outcome::{Report, OUTCOMES};
+use crate::outcome::Report;
 use crate::ring::{Ring, DEFAULT_SALT};
 use crate::select::{Members, NoPick, Selector, Strategy};
 use crate::session::Sessions;
@@ -449,7 +449,6 @@ impl Pool {
     /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
     pub fn record_wait(&self, seconds: f64) {
         let mut st = self.state.lock();
-        st.counts.waits += 1;
         st.waits.waited.record(seconds);
         st.waits.waited_total += 1;
     }
@@ -866,7 +865,7 @@ impl Pool {
             pool: figures,
             sessions: sessions_per_exit.iter().map(|&n| n as usize).sum(),
             live_leases: st.leases.live(),
-            counts: st.counts.clone(),
+            counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
         }
     }
 }
@@ -1144,8 +1143,3 @@ fn identity_of(key: &str) -> u64 {
 const CALIBRATION_HORIZON: f64 = 86_400.0;
 /// Measured capacities are clamped here (the ring article's [1, 6]).
 const CALIBRATED_MAX: u32 = 6;
-
-/// Names of the outcome counters, in `Counts::outcomes` order.
-pub fn outcome_names() -> [&'static str; 8] {
-    OUTCOMES.map(|o| o.name())
-}

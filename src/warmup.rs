@@ -78,14 +78,6 @@ impl Pairings {
         Ok(())
     }
 
-    /// Whether the pairing is still ramping (for snapshots and events).
-    pub fn is_warming(&self, cfg: &WarmupConfig, key: &str, exit: u32, now: f64) -> bool {
-        self.by_key
-            .get(key)
-            .and_then(|l| l.iter().find(|p| p.exit == exit))
-            .is_none_or(|p| now - p.last > cfg.horizon || now - p.born < cfg.ramp)
-    }
-
     fn prune(&mut self, cfg: &WarmupConfig, now: f64) {
         if now < self.next_prune {
             return;
