@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo install test test-rust test-python bench
+.PHONY: help demo install test test-deps test-rust test-python bench
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -19,13 +19,15 @@ install: $(BIN)/python ## build the wheel and install it into .venv (with the de
 demo: install ## install, then run the main job: the loopback fleet demo, naive vs exitpool
 	$(BIN)/exitpool demo
 
-test: test-rust test-python ## install what the tests need and run every test (cargo and pytest)
+test: test-deps test-rust test-python ## install what the tests need and run every test (cargo and pytest)
 
-test-rust: ## the pure core's tests (no Python involved)
+test-deps: ## the system packages the tests use, from Debian when missing (chromium, redis-server)
+	bash scripts/test-deps.sh
+
+test-rust: test-deps ## the pure core's tests (no Python involved; the store suite starts redis-server)
 	cargo test --quiet
 
-test-python: $(BIN)/python ## build and install the wheel with the test extras, then pytest
-	bash scripts/test-deps.sh
+test-python: $(BIN)/python test-deps ## build and install the wheel with the test extras, then pytest
 	$(BIN)/pip install -q ".[test]"
 	$(BIN)/python -m pytest
 

@@ -18,6 +18,7 @@ pub mod proxy_list;
 pub mod ring;
 pub mod select;
 pub mod session;
+pub mod store;
 pub mod warmup;
 
 #[cfg(feature = "python")]

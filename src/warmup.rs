@@ -36,16 +36,37 @@ impl Default for WarmupConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Pairing {
-    exit: u32,
-    born: f64,
-    last: f64,
+/// When a (key, exit) pairing began and when it last leased.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pairing {
+    pub born: f64,
+    pub last: f64,
+}
+
+impl Pairing {
+    /// The rule itself, for every store: the pairing after a lease now, or the seconds to wait.
+    pub fn admit(prev: Option<Pairing>, cfg: &WarmupConfig, now: f64) -> std::result::Result<Pairing, f64> {
+        let fresh = Pairing { born: now, last: now };
+        let Some(p) = prev else { return Ok(fresh) };
+        if now - p.last > cfg.horizon {
+            // Unused for a day: the site sees a stranger again.
+            return Ok(fresh);
+        }
+        let age = now - p.born;
+        if age < cfg.ramp {
+            let gap = cfg.initial_interval * (1.0 - age / cfg.ramp);
+            let ready = p.last + gap;
+            if now < ready {
+                return Err(ready - now);
+            }
+        }
+        Ok(Pairing { born: p.born, last: now })
+    }
 }
 
 #[derive(Default)]
 pub struct Pairings {
-    by_key: HashMap<Box<str>, Vec<Pairing>>,
+    by_key: HashMap<Box<str>, Vec<(u32, Pairing)>>,
     next_prune: f64,
 }
 
@@ -57,24 +78,10 @@ impl Pairings {
             Some(l) => l,
             None => self.by_key.entry(key.into()).or_default(),
         };
-        let Some(p) = list.iter_mut().find(|p| p.exit == exit) else {
-            list.push(Pairing { exit, born: now, last: now });
-            return Ok(());
-        };
-        if now - p.last > cfg.horizon {
-            // Unused for a day: the site sees a stranger again.
-            *p = Pairing { exit, born: now, last: now };
-            return Ok(());
+        match list.iter_mut().find(|p| p.0 == exit) {
+            Some(p) => p.1 = Pairing::admit(Some(p.1), cfg, now)?,
+            None => list.push((exit, Pairing::admit(None, cfg, now)?)),
         }
-        let age = now - p.born;
-        if age < cfg.ramp {
-            let gap = cfg.initial_interval * (1.0 - age / cfg.ramp);
-            let ready = p.last + gap;
-            if now < ready {
-                return Err(ready - now);
-            }
-        }
-        p.last = now;
         Ok(())
     }
 
@@ -84,7 +91,7 @@ impl Pairings {
         }
         self.next_prune = now + cfg.horizon / 24.0;
         self.by_key.retain(|_, l| {
-            l.retain(|p| now - p.last <= cfg.horizon);
+            l.retain(|p| now - p.1.last <= cfg.horizon);
             !l.is_empty()
         });
     }

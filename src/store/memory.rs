@@ -1,0 +1,184 @@
+//! The store for the pools of one process: the same decisions as the Redis scripts, behind a
+//! mutex, with time from a replaceable clock so the suite runs it without sleeping.
+
+use super::{ejects, ExitCounts, Store, StoreResult, Take, Taken, Verdict};
+use crate::clock::{Clock, SystemClock};
+use crate::outcome::Outcome;
+use crate::warmup::Pairing;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+#[derive(Default)]
+struct Shared {
+    seq: u64,
+    /// Exit -> live leases (id, expiry).
+    leases: HashMap<String, Vec<(u64, f64)>>,
+    /// Key -> (exit, expiry).
+    sessions: HashMap<String, (String, f64)>,
+    pairings: HashMap<(String, String), Pairing>,
+    vseq: u64,
+    /// (exit, site) -> (verdict, when its hold ends).
+    verdicts: HashMap<(String, String), (Verdict, f64)>,
+    /// Site ("" for tunnels) -> exit -> until.
+    ejected: HashMap<String, HashMap<String, f64>>,
+    counts: HashMap<String, ExitCounts>,
+}
+
+pub struct MemoryStore {
+    name: String,
+    clock: Arc<dyn Clock>,
+    state: Mutex<Shared>,
+}
+
+impl MemoryStore {
+    pub fn new(name: &str, clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore { name: name.to_owned(), clock, state: Mutex::new(Shared::default()) }
+    }
+
+    /// The process-wide store of this name and namespace, made on first use and kept while
+    /// some pool holds it.
+    pub fn named(name: &str, namespace: &str) -> Arc<dyn Store> {
+        static REGISTRY: OnceLock<Mutex<HashMap<(String, String), Weak<MemoryStore>>>> = OnceLock::new();
+        let mut reg = REGISTRY.get_or_init(Default::default).lock();
+        reg.retain(|_, w| w.strong_count() > 0);
+        let id = (name.to_owned(), namespace.to_owned());
+        if let Some(s) = reg.get(&id).and_then(Weak::upgrade) {
+            return s;
+        }
+        let s = Arc::new(MemoryStore::new(&format!("memory://{name} (namespace {namespace:?})"), Arc::new(SystemClock::new())));
+        reg.insert(id, Arc::downgrade(&s));
+        s
+    }
+}
+
+impl Shared {
+    /// Reclaims expired leases (a crashed worker's) and says whether one more fits.
+    fn has_room(&mut self, exit: &str, max: Option<u32>, now: f64) -> bool {
+        let live = self.leases.entry(exit.to_owned()).or_default();
+        live.retain(|&(_, expires)| expires > now);
+        max.is_none_or(|m| live.len() < m as usize)
+    }
+
+    fn take_slot(&mut self, exit: &str, ttl: f64, now: f64) -> u64 {
+        self.seq += 1;
+        self.leases.entry(exit.to_owned()).or_default().push((self.seq, now + ttl));
+        self.counts.entry(exit.to_owned()).or_default().leases += 1;
+        self.seq
+    }
+}
+
+impl Store for MemoryStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let bound = t.key.and_then(|k| st.sessions.get(k).filter(|s| s.1 > now).map(|s| s.0.clone()));
+        let session = bound.is_some();
+        let exit = match bound {
+            Some(e) => e,
+            None => match t.candidates.first() {
+                Some(e) => (*e).to_owned(),
+                None => return Ok(Taken::Full { exit: None }),
+            },
+        };
+        let exit_of_key = exit.clone();
+        // A keyed lease goes where its session or its ring says, or waits: it never moves on.
+        let options: Vec<String> = if t.key.is_some() { vec![exit] } else { t.candidates.iter().map(|c| (*c).to_owned()).collect() };
+        for exit in options {
+            if !st.has_room(&exit, t.max_leases, now) {
+                continue;
+            }
+            if let (Some(key), Some(cfg)) = (t.key, &t.warmup) {
+                let id = (key.to_owned(), exit.clone());
+                match Pairing::admit(st.pairings.get(&id).copied(), cfg, now) {
+                    Err(wait) => return Ok(Taken::WarmingUp { exit, wait }),
+                    Ok(p) => st.pairings.insert(id, p),
+                };
+            }
+            let lease = st.take_slot(&exit, t.lease_ttl, now);
+            if let Some(key) = t.key {
+                st.sessions.insert(key.to_owned(), (exit.clone(), now + t.session_ttl));
+            }
+            return Ok(Taken::Granted { exit, lease, session });
+        }
+        Ok(Taken::Full { exit: t.key.map(|_| exit_of_key.clone()) })
+    }
+
+    fn give_back(&self, exit: &str, lease: u64, outcome: Outcome) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let Some(live) = st.leases.get_mut(exit) else { return Ok(false) };
+        let Some(i) = live.iter().position(|&(id, expires)| id == lease && expires > now) else { return Ok(false) };
+        live.swap_remove(i);
+        st.counts.entry(exit.to_owned()).or_default().outcomes[outcome as usize] += 1;
+        Ok(true)
+    }
+
+    fn session(&self, key: &str) -> StoreResult<Option<String>> {
+        let now = self.clock.now();
+        Ok(self.state.lock().sessions.get(key).filter(|s| s.1 > now).map(|s| s.0.clone()))
+    }
+
+    fn end_session(&self, key: &str) -> StoreResult<bool> {
+        let now = self.clock.now();
+        Ok(self.state.lock().sessions.remove(key).is_some_and(|s| s.1 > now))
+    }
+
+    fn publish(&self, v: &Verdict, cap: u32) -> StoreResult<bool> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        for set in st.ejected.values_mut() {
+            set.retain(|_, until| *until > now);
+        }
+        let out = |st: &Shared, site: &str| st.ejected.get(site).map_or(0, |s| s.len() as u32);
+        let already = st.ejected.get(&v.site).is_some_and(|s| s.contains_key(&v.exit));
+        if ejects(v.state) && !already {
+            let scope = out(&st, "") + if v.site.is_empty() { 0 } else { out(&st, &v.site) };
+            if scope + 1 > cap {
+                return Ok(false);
+            }
+        }
+        let until = now + v.hold;
+        let set = st.ejected.entry(v.site.clone()).or_default();
+        if ejects(v.state) {
+            set.insert(v.exit.clone(), if v.hold > 0.0 { until } else { f64::INFINITY });
+        } else {
+            set.remove(&v.exit);
+        }
+        st.vseq += 1;
+        let mut stored = v.clone();
+        stored.seq = st.vseq;
+        st.verdicts.insert((v.exit.clone(), v.site.clone()), (stored, until));
+        Ok(true)
+    }
+
+    fn verdicts(&self, since: u64) -> StoreResult<(Vec<Verdict>, u64)> {
+        let now = self.clock.now();
+        let st = self.state.lock();
+        let mut out: Vec<Verdict> = st
+            .verdicts
+            .values()
+            .filter(|(v, _)| v.seq > since)
+            .map(|(v, until)| Verdict { hold: if v.hold.is_infinite() { v.hold } else { (until - now).max(0.0) }, ..v.clone() })
+            .collect();
+        out.sort_by_key(|v| v.seq);
+        Ok((out, st.vseq))
+    }
+
+    fn counts(&self, exits: &[&str]) -> StoreResult<Vec<ExitCounts>> {
+        let now = self.clock.now();
+        let st = self.state.lock();
+        Ok(exits
+            .iter()
+            .map(|e| {
+                let mut c = st.counts.get(*e).cloned().unwrap_or_default();
+                c.active = st.leases.get(*e).map_or(0, |l| l.iter().filter(|x| x.1 > now).count() as u64);
+                c
+            })
+            .collect())
+    }
+}

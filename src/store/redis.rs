@@ -1,0 +1,244 @@
+//! The store for a fleet: every decision is one Lua script run atomically on a Redis server,
+//! with the server's `TIME` as the one clock. `redis::Script` sends EVALSHA and loads the
+//! script again when the server answers NOSCRIPT (a flushed script cache, a restart).
+//!
+//! Reaching the server never blocks a caller for long: connecting gives up after 250 ms, a
+//! command after 500 ms, and after a failure no one tries again for a second, so a fleet whose
+//! Redis is down pays nothing per lease while it serves from local state.
+
+use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
+use crate::error::{Error, Result};
+use crate::outcome::{Outcome, OUTCOMES};
+use crate::proxy::mask_raw;
+use parking_lot::Mutex;
+use redis::{Connection, RedisError, Script};
+use std::time::{Duration, Instant};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
+const IO_TIMEOUT: Duration = Duration::from_millis(500);
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+struct Scripts {
+    take: Script,
+    give_back: Script,
+    publish: Script,
+    verdicts: Script,
+    counts: Script,
+}
+
+pub struct RedisStore {
+    client: redis::Client,
+    /// Every key of the namespace starts with this; the braces keep them in one cluster slot.
+    prefix: String,
+    shown: String,
+    /// Secrets of the URL, scrubbed from any error text before it leaves this module.
+    secrets: Vec<String>,
+    idle: Mutex<Vec<Connection>>,
+    /// After a failure, when to try the server again.
+    retry_at: Mutex<Option<Instant>>,
+    scripts: Scripts,
+}
+
+impl RedisStore {
+    pub fn open(url: &str, namespace: &str) -> Result<RedisStore> {
+        let shown = mask_raw(url);
+        let parsed = url::Url::parse(url).map_err(|e| Error::BadInput(format!("store {shown} is not a URL: {e}")))?;
+        let mut secrets: Vec<String> = Vec::new();
+        if let Some(pw) = parsed.password() {
+            secrets.push(pw.to_owned());
+            if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
+                secrets.push(decoded.into_owned());
+            }
+        }
+        let client = redis::Client::open(url).map_err(|e| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets))))?;
+        Ok(RedisStore {
+            client,
+            prefix: format!("exitpool:{{{namespace}}}:"),
+            shown,
+            secrets,
+            idle: Mutex::new(Vec::new()),
+            retry_at: Mutex::new(None),
+            scripts: Scripts {
+                take: Script::new(include_str!("lua/take.lua")),
+                give_back: Script::new(include_str!("lua/give_back.lua")),
+                publish: Script::new(include_str!("lua/publish.lua")),
+                verdicts: Script::new(include_str!("lua/verdicts.lua")),
+                counts: Script::new(include_str!("lua/counts.lua")),
+            },
+        })
+    }
+
+    /// Runs `f` on an idle connection (or a new one), keeping the connection only if it
+    /// came through unharmed.
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+        let pooled = self.idle.lock().pop();
+        let mut con = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        match f(&mut con) {
+            Ok(v) => {
+                self.idle.lock().push(con);
+                Ok(v)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn connect(&self) -> StoreResult<Connection> {
+        if let Some(at) = *self.retry_at.lock() {
+            if Instant::now() < at {
+                return Err(StoreError::Unavailable(format!("{} did not answer; trying again shortly", self.shown)));
+            }
+        }
+        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
+        con.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
+        con.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
+        *self.retry_at.lock() = None;
+        Ok(con)
+    }
+
+    fn failed(&self, e: RedisError) -> StoreError {
+        let why = scrub(&e.to_string(), &self.secrets);
+        let unreachable = e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() || why.contains("LOADING");
+        if unreachable {
+            // Every pooled connection went to the same server: none is worth trying now.
+            self.idle.lock().clear();
+            *self.retry_at.lock() = Some(Instant::now() + RETRY_AFTER);
+            StoreError::Unavailable(format!("{}: {why}", self.shown))
+        } else {
+            StoreError::Protocol(format!("{}: {why}", self.shown))
+        }
+    }
+}
+
+fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut s = text.to_owned();
+    for secret in secrets.iter().filter(|x| !x.is_empty()) {
+        s = s.replace(secret.as_str(), "***");
+    }
+    s
+}
+
+fn ms(seconds: f64) -> i64 {
+    (seconds * 1000.0).round().clamp(1.0, 1e15) as i64
+}
+
+fn bad(what: &str) -> StoreError {
+    StoreError::Protocol(format!("unexpected answer from the {what} script"))
+}
+
+impl Store for RedisStore {
+    fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
+        let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
+        let answer: Vec<String> = self.with(|con| {
+            let mut inv = self.scripts.take.prepare_invoke();
+            inv.arg(&self.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
+            inv.arg(ramp).arg(interval).arg(horizon);
+            for c in t.candidates {
+                inv.arg(*c);
+            }
+            inv.invoke(con)
+        })?;
+        let mut it = answer.into_iter();
+        match it.next().as_deref() {
+            Some("ok") => {
+                let (Some(exit), Some(lease), Some(session)) = (it.next(), it.next(), it.next()) else { return Err(bad("take")) };
+                let lease = lease.parse().map_err(|_| bad("take"))?;
+                Ok(Taken::Granted { exit, lease, session: session == "1" })
+            }
+            Some("full") => Ok(Taken::Full { exit: it.next() }),
+            Some("warm") => {
+                let (Some(exit), Some(wait)) = (it.next(), it.next()) else { return Err(bad("take")) };
+                let wait: f64 = wait.parse().map_err(|_| bad("take"))?;
+                Ok(Taken::WarmingUp { exit, wait: wait / 1000.0 })
+            }
+            _ => Err(bad("take")),
+        }
+    }
+
+    fn give_back(&self, exit: &str, lease: u64, outcome: Outcome) -> StoreResult<bool> {
+        let ended: i64 = self.with(|con| self.scripts.give_back.arg(&self.prefix).arg(exit).arg(lease).arg(outcome.name()).invoke(con))?;
+        Ok(ended == 1)
+    }
+
+    fn session(&self, key: &str) -> StoreResult<Option<String>> {
+        let k = format!("{}sess:{key}", self.prefix);
+        self.with(|con| redis::cmd("GET").arg(&k).query(con))
+    }
+
+    fn end_session(&self, key: &str) -> StoreResult<bool> {
+        let k = format!("{}sess:{key}", self.prefix);
+        let n: i64 = self.with(|con| redis::cmd("DEL").arg(&k).query(con))?;
+        Ok(n == 1)
+    }
+
+    fn publish(&self, v: &Verdict, cap: u32) -> StoreResult<bool> {
+        let hold = if v.hold.is_finite() { (v.hold * 1000.0).round().max(0.0) as i64 } else { -1 };
+        let seq: i64 = self.with(|con| {
+            let mut inv = self.scripts.publish.prepare_invoke();
+            inv.arg(&self.prefix).arg(&v.exit).arg(&v.site).arg(state_code(v.state)).arg(hold).arg(v.origin).arg(cap).arg(if ejects(v.state) { "1" } else { "0" });
+            inv.invoke(con)
+        })?;
+        Ok(seq > 0)
+    }
+
+    fn verdicts(&self, since: u64) -> StoreResult<(Vec<Verdict>, u64)> {
+        let answer: Vec<String> = self.with(|con| self.scripts.verdicts.arg(&self.prefix).arg(since).invoke(con))?;
+        let [now, last, rest @ ..] = answer.as_slice() else { return Err(bad("verdicts")) };
+        let now: f64 = now.parse().map_err(|_| bad("verdicts"))?;
+        let last: u64 = last.parse().map_err(|_| bad("verdicts"))?;
+        let mut out = Vec::with_capacity(rest.len() / 2);
+        for pair in rest.chunks_exact(2) {
+            let (exit, site) = pair[0].split_once('\u{1f}').ok_or_else(|| bad("verdicts"))?;
+            let fields: Vec<&str> = pair[1].split('\u{1f}').collect();
+            let [seq, state, until, origin] = fields.as_slice() else { return Err(bad("verdicts")) };
+            let hold = match *until {
+                "+inf" => f64::INFINITY,
+                u => ((u.parse::<f64>().map_err(|_| bad("verdicts"))? - now) / 1000.0).max(0.0),
+            };
+            out.push(Verdict {
+                exit: exit.to_owned(),
+                site: site.to_owned(),
+                state: state_of(state).ok_or_else(|| bad("verdicts"))?,
+                hold,
+                origin: origin.parse().map_err(|_| bad("verdicts"))?,
+                seq: seq.parse().map_err(|_| bad("verdicts"))?,
+            });
+        }
+        out.sort_by_key(|v| v.seq);
+        Ok((out, last))
+    }
+
+    fn counts(&self, exits: &[&str]) -> StoreResult<Vec<ExitCounts>> {
+        let answer: Vec<String> = self.with(|con| {
+            let mut inv = self.scripts.counts.prepare_invoke();
+            inv.arg(&self.prefix);
+            for e in exits {
+                inv.arg(*e);
+            }
+            inv.invoke(con)
+        })?;
+        let mut out = Vec::with_capacity(exits.len());
+        let mut it = answer.iter();
+        for _ in exits {
+            let n: usize = it.next().and_then(|n| n.parse().ok()).ok_or_else(|| bad("counts"))?;
+            let mut c = ExitCounts { active: it.next().and_then(|a| a.parse().ok()).ok_or_else(|| bad("counts"))?, ..Default::default() };
+            for _ in 0..n / 2 {
+                let (Some(field), Some(value)) = (it.next(), it.next()) else { return Err(bad("counts")) };
+                let value: u64 = value.parse().map_err(|_| bad("counts"))?;
+                if field == "leases" {
+                    c.leases = value;
+                } else if let Some(o) = OUTCOMES.iter().find(|o| o.name() == field) {
+                    c.outcomes[*o as usize] = value;
+                }
+            }
+            out.push(c);
+        }
+        Ok(out)
+    }
+}

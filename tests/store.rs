@@ -1,0 +1,253 @@
+//! One behavioural suite for every store: the memory store with a manual clock, and a real
+//! `redis-server` (started here on a free loopback port) whose clock is its own, so its run
+//! waits out short TTLs for real.
+
+use exitpool::health::State;
+use exitpool::store::{MemoryStore, RedisStore, Store, Take, Taken, Verdict};
+use exitpool::warmup::WarmupConfig;
+use exitpool::{ManualClock, Outcome};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A store under test and a way to let its time pass.
+struct Subject {
+    store: Arc<dyn Store>,
+    advance: Box<dyn Fn(f64)>,
+    _server: Option<Server>,
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn redis_server() -> (Server, u16) {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (scripts/test-deps.sh installs it)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Server(child), port)
+}
+
+fn memory() -> Subject {
+    let clock = ManualClock::new(0.0);
+    let c = clock.clone();
+    Subject { store: Arc::new(MemoryStore::new("memory://test", Arc::new(clock))), advance: Box::new(move |s| drop(c.advance(s))), _server: None }
+}
+
+fn redis() -> Subject {
+    let (server, port) = redis_server();
+    let store = RedisStore::open(&format!("redis://127.0.0.1:{port}/0"), "suite").unwrap();
+    Subject { store: Arc::new(store), advance: Box::new(|s| std::thread::sleep(Duration::from_secs_f64(s))), _server: Some(server) }
+}
+
+fn take<'a>(key: Option<&'a str>, candidates: &'a [&'a str], max: Option<u32>) -> Take<'a> {
+    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, warmup: None }
+}
+
+fn granted(t: Taken) -> (String, u64) {
+    match t {
+        Taken::Granted { exit, lease, .. } => (exit, lease),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn verdict(exit: &str, site: &str, state: State, hold: f64) -> Verdict {
+    Verdict { exit: exit.into(), site: site.into(), state, hold, origin: 7, seq: 0 }
+}
+
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory_store {
+            $( #[test] fn $name() { super::$name(super::memory()) } )*
+        }
+        mod redis_store {
+            $( #[test] fn $name() { super::$name(super::redis()) } )*
+        }
+    };
+}
+
+suite!(
+    the_ceiling_holds_and_a_release_frees_a_slot,
+    keyless_takes_the_first_candidate_with_room,
+    an_expired_lease_frees_its_slot_and_its_late_release_is_ignored,
+    a_second_release_is_ignored,
+    a_live_session_never_moves_and_ends_when_told,
+    a_session_lapses_after_its_ttl,
+    a_new_pairing_warms_up,
+    the_fleet_wide_ejection_cap_refuses_one_too_many,
+    verdicts_arrive_in_order_with_their_remaining_hold,
+    counts_are_fleet_wide,
+);
+
+fn the_ceiling_holds_and_a_release_frees_a_slot(s: Subject) {
+    let st = &s.store;
+    let (_, a) = granted(st.take(&take(None, &["a"], Some(2))).unwrap());
+    granted(st.take(&take(None, &["a"], Some(2))).unwrap());
+    assert_eq!(st.take(&take(None, &["a"], Some(2))).unwrap(), Taken::Full { exit: None });
+    assert!(st.give_back("a", a, Outcome::Success).unwrap());
+    assert_eq!(granted(st.take(&take(None, &["a"], Some(2))).unwrap()).0, "a");
+}
+
+fn keyless_takes_the_first_candidate_with_room(s: Subject) {
+    let st = &s.store;
+    assert_eq!(granted(st.take(&take(None, &["a", "b"], Some(1))).unwrap()).0, "a");
+    assert_eq!(granted(st.take(&take(None, &["a", "b"], Some(1))).unwrap()).0, "b");
+    assert!(matches!(st.take(&take(None, &["a", "b"], Some(1))).unwrap(), Taken::Full { .. }));
+}
+
+fn an_expired_lease_frees_its_slot_and_its_late_release_is_ignored(s: Subject) {
+    let st = &s.store;
+    let short = Take { lease_ttl: 0.2, ..take(None, &["a"], Some(1)) };
+    let (_, id) = granted(st.take(&short).unwrap());
+    assert!(matches!(st.take(&short).unwrap(), Taken::Full { .. }));
+    (s.advance)(0.3);
+    assert!(!st.give_back("a", id, Outcome::Success).unwrap(), "a release after expiry must change nothing");
+    granted(st.take(&short).unwrap());
+    assert!(matches!(st.take(&short).unwrap(), Taken::Full { .. }), "the late release must not have freed a second slot");
+}
+
+fn a_second_release_is_ignored(s: Subject) {
+    let st = &s.store;
+    let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
+    assert!(st.give_back("a", id, Outcome::Success).unwrap());
+    assert!(!st.give_back("a", id, Outcome::Success).unwrap());
+    assert!(!st.give_back("a", 999_999, Outcome::Success).unwrap());
+}
+
+fn a_live_session_never_moves_and_ends_when_told(s: Subject) {
+    let st = &s.store;
+    let g = st.take(&take(Some("acct"), &["a"], None)).unwrap();
+    assert!(matches!(g, Taken::Granted { ref exit, session: false, .. } if exit == "a"));
+    // Another worker whose ring now says b (exits given in another order, b added): still a.
+    let g = st.take(&take(Some("acct"), &["b"], None)).unwrap();
+    assert!(matches!(g, Taken::Granted { ref exit, session: true, .. } if exit == "a"), "{g:?}");
+    assert_eq!(st.session("acct").unwrap().as_deref(), Some("a"));
+    // A full session exit means wait, never move.
+    let full = st.take(&take(Some("acct"), &["b"], Some(2))).unwrap();
+    assert_eq!(full, Taken::Full { exit: Some("a".into()) });
+    assert!(st.end_session("acct").unwrap());
+    assert!(!st.end_session("acct").unwrap());
+    assert_eq!(granted(st.take(&take(Some("acct"), &["b"], None)).unwrap()).0, "b");
+}
+
+fn a_session_lapses_after_its_ttl(s: Subject) {
+    let st = &s.store;
+    let short = Take { session_ttl: 0.2, ..take(Some("acct"), &["a"], None) };
+    granted(st.take(&short).unwrap());
+    (s.advance)(0.1);
+    assert_eq!(st.session("acct").unwrap().as_deref(), Some("a"));
+    (s.advance)(0.25);
+    assert_eq!(st.session("acct").unwrap(), None);
+    let other = Take { session_ttl: 0.2, ..take(Some("acct"), &["b"], None) };
+    assert_eq!(granted(st.take(&other).unwrap()).0, "b");
+}
+
+fn a_new_pairing_warms_up(s: Subject) {
+    let st = &s.store;
+    let warm = WarmupConfig::new(60.0, 0.5, 3600.0).unwrap();
+    let t = Take { warmup: Some(warm), ..take(Some("acct"), &["a"], None) };
+    granted(st.take(&t).unwrap());
+    match st.take(&t).unwrap() {
+        Taken::WarmingUp { exit, wait } => {
+            assert_eq!(exit, "a");
+            assert!(wait > 0.3 && wait <= 0.5, "the gap starts near initial_interval: {wait}");
+        }
+        other => panic!("a new pairing's second lease must wait: {other:?}"),
+    }
+    (s.advance)(0.6);
+    granted(st.take(&t).unwrap());
+}
+
+fn the_fleet_wide_ejection_cap_refuses_one_too_many(s: Subject) {
+    let st = &s.store;
+    assert!(st.publish(&verdict("a", "", State::Quarantined, 30.0), 1).unwrap());
+    assert!(!st.publish(&verdict("b", "", State::Quarantined, 30.0), 1).unwrap(), "a second ejection breaks a cap of 1");
+    // For a site, tunnel ejections count too.
+    assert!(!st.publish(&verdict("b", "shop.example", State::Quarantined, 30.0), 1).unwrap());
+    // The same exit again (a longer backoff) is no new ejection.
+    assert!(st.publish(&verdict("a", "", State::Dead, f64::INFINITY), 1).unwrap());
+    assert!(st.publish(&verdict("a", "", State::Healthy, 0.0), 1).unwrap());
+    assert!(st.publish(&verdict("b", "", State::Quarantined, 0.2), 1).unwrap());
+    // A quarantine whose hold is over no longer holds a cap slot.
+    (s.advance)(0.3);
+    assert!(st.publish(&verdict("c", "", State::Quarantined, 30.0), 1).unwrap());
+}
+
+fn verdicts_arrive_in_order_with_their_remaining_hold(s: Subject) {
+    let st = &s.store;
+    let (none, start) = st.verdicts(0).unwrap();
+    assert!(none.is_empty());
+    st.publish(&verdict("a", "shop.example", State::Quarantined, 30.0), 10).unwrap();
+    st.publish(&verdict("b", "", State::Dead, f64::INFINITY), 10).unwrap();
+    (s.advance)(0.2);
+    let (vs, last) = st.verdicts(start).unwrap();
+    assert_eq!(vs.len(), 2);
+    assert_eq!((vs[0].exit.as_str(), vs[0].site.as_str(), vs[0].state), ("a", "shop.example", State::Quarantined));
+    assert!(vs[0].hold < 29.9 && vs[0].hold > 25.0, "hold counts down: {}", vs[0].hold);
+    assert_eq!(vs[0].origin, 7);
+    assert_eq!((vs[1].exit.as_str(), vs[1].state), ("b", State::Dead));
+    assert!(vs[1].hold.is_infinite());
+    assert!(vs[0].seq < vs[1].seq && vs[1].seq == last);
+    st.publish(&verdict("a", "shop.example", State::Probing, 0.0), 10).unwrap();
+    let (vs, _) = st.verdicts(last).unwrap();
+    assert_eq!(vs.len(), 1, "only what changed since: {vs:?}");
+    assert_eq!(vs[0].state, State::Probing);
+}
+
+fn counts_are_fleet_wide(s: Subject) {
+    let st = &s.store;
+    let (_, a1) = granted(st.take(&take(None, &["a"], None)).unwrap());
+    granted(st.take(&take(None, &["a"], None)).unwrap());
+    let (_, b1) = granted(st.take(&take(None, &["b"], None)).unwrap());
+    st.give_back("a", a1, Outcome::Success).unwrap();
+    st.give_back("b", b1, Outcome::Block).unwrap();
+    let c = st.counts(&["a", "b", "never"]).unwrap();
+    assert_eq!((c[0].active, c[0].leases, c[0].outcomes[Outcome::Success as usize]), (1, 2, 1));
+    assert_eq!((c[1].active, c[1].leases, c[1].outcomes[Outcome::Block as usize]), (0, 1, 1));
+    assert_eq!(c[2], Default::default());
+}
+
+#[test]
+fn an_unreachable_server_answers_quickly_and_is_retried_after_a_pause() {
+    let port = free_port();
+    let st = RedisStore::open(&format!("redis://:s3cret-pw@127.0.0.1:{port}/0"), "down").unwrap();
+    let t0 = Instant::now();
+    let e = st.take(&take(None, &["a"], None)).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let msg = e.to_string();
+    assert!(msg.contains("unavailable") && !msg.contains("s3cret-pw"), "{msg}");
+    assert!(!st.describe().contains("s3cret-pw"));
+    // Within the pause, no connection is attempted at all.
+    let t1 = Instant::now();
+    assert!(st.take(&take(None, &["a"], None)).is_err());
+    assert!(t1.elapsed() < Duration::from_millis(50));
+}
+
+#[test]
+fn scripts_reload_after_the_script_cache_is_flushed() {
+    let (_server, port) = redis_server();
+    let st = RedisStore::open(&format!("redis://127.0.0.1:{port}/0"), "flush").unwrap();
+    granted(st.take(&take(None, &["a"], None)).unwrap());
+    let out = Command::new("redis-cli").args(["-p", &port.to_string(), "SCRIPT", "FLUSH"]).output().unwrap();
+    assert!(out.status.success());
+    granted(st.take(&take(None, &["a"], None)).unwrap());
+}
