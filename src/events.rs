@@ -22,6 +22,10 @@ pub enum EventKind {
     Recalibrated,
     Drifted,
     ProbeFailed,
+    /// The shared store stopped answering: this worker serves from its own state.
+    StoreUnavailable,
+    /// The shared store answers again: this worker rejoins the fleet.
+    StoreRejoined,
 }
 
 impl EventKind {
@@ -41,6 +45,8 @@ impl EventKind {
             EventKind::Recalibrated => "recalibrated",
             EventKind::Drifted => "exit_drifted",
             EventKind::ProbeFailed => "probe_failed",
+            EventKind::StoreUnavailable => "store_unavailable",
+            EventKind::StoreRejoined => "store_rejoined",
         }
     }
 }
@@ -76,7 +82,7 @@ impl Events {
     }
 
     pub fn transition(&mut self, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
-        let kind = if t.reason == crate::health::Reason::EjectionRefused { EventKind::EjectionRefused } else { EventKind::StateChanged };
+        let kind = if matches!(t.reason, crate::health::Reason::EjectionRefused | crate::health::Reason::FleetCapRefused) { EventKind::EjectionRefused } else { EventKind::StateChanged };
         let message = format!("{} -> {}: {}", t.from.name(), t.to.name(), t.reason.describe(cfg));
         self.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from), to: Some(t.to), message });
     }

@@ -8,7 +8,7 @@
 //! (network, probes) and no tunnel is judged.
 
 use crate::events::{EventKind, Events};
-use crate::health::{Breaker, Ejection, HealthConfig, Signal, State, Transition};
+use crate::health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 use crate::outcome::{Outcome, Report};
 
 /// What a lease gets from an exit's health for one site.
@@ -86,6 +86,9 @@ pub struct Fleet {
     trials: u64,
     trial_successes: u64,
     pub events: Events,
+    /// With a shared store: this worker's verdicts not yet published, as (exit, site, state,
+    /// seconds the state holds). `None` in a pool of its own, which pays nothing for it.
+    pub outbox: Option<Vec<(u32, Option<u32>, State, f64)>>,
 }
 
 impl Fleet {
@@ -104,6 +107,7 @@ impl Fleet {
             trials: 0,
             trial_successes: 0,
             events: Events::new(1000),
+            outbox: None,
         }
     }
 
@@ -419,7 +423,56 @@ impl Fleet {
         }
     }
 
+    /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
+    /// back (degraded only reweights, which each worker judges from its own traffic).
+    fn share(&mut self, h: u32, site: Option<u32>, t: Transition, until: f64, now: f64) {
+        let Some(outbox) = &mut self.outbox else { return };
+        if matches!(t.reason, Reason::Fleet | Reason::FleetCapRefused) || !(t.to.holds_a_cap_slot() || t.from.holds_a_cap_slot()) {
+            return;
+        }
+        let hold = match t.to {
+            State::Quarantined => (until - now).max(0.0),
+            State::Dead => f64::INFINITY,
+            _ => 0.0,
+        };
+        outbox.push((h, site, t.to, hold));
+    }
+
+    /// A verdict another worker reached, applied here as if this worker had reached it.
+    pub fn impose(&mut self, h: u32, site: Option<u32>, to: State, hold: f64, now: f64, reason: Reason) {
+        self.ensure_exit(h, now);
+        let until = now + hold;
+        let t = match site {
+            None => {
+                let was = self.tunnel[h as usize].failing(&self.cfg);
+                let t = self.tunnel[h as usize].impose(to, until, now, reason);
+                self.tunnel_failing = (self.tunnel_failing + self.tunnel[h as usize].failing(&self.cfg) as u32) - was as u32;
+                t
+            }
+            Some(s) => {
+                self.ensure_site(s);
+                let born = self.born;
+                let sh = &mut self.sites[s as usize];
+                if sh.breakers.len() <= h as usize {
+                    sh.breakers.resize(h as usize + 1, Breaker::new(born));
+                }
+                let was = sh.breakers[h as usize].failing(&self.cfg);
+                let t = sh.breakers[h as usize].impose(to, until, now, reason);
+                sh.failing = (sh.failing + sh.breakers[h as usize].failing(&self.cfg) as u32) - was as u32;
+                t
+            }
+        };
+        if let Some(t) = t {
+            match site {
+                None => self.tunnel_changed(h, t, now),
+                Some(s) => self.site_changed(h, s, t, now),
+            }
+        }
+    }
+
     fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
+        let until = self.tunnel[h as usize].until();
+        self.share(h, None, t, until, now);
         self.count(t, None);
         self.refresh(h);
         if t.to == State::Quarantined {
@@ -429,6 +482,8 @@ impl Fleet {
     }
 
     fn site_changed(&mut self, h: u32, site: u32, t: Transition, now: f64) {
+        let until = self.sites[site as usize].breakers[h as usize].until();
+        self.share(h, Some(site), t, until, now);
         self.count(t, Some(site));
         if t.to == State::Quarantined {
             self.next_poll = self.next_poll.min(self.sites[site as usize].breakers[h as usize].until());

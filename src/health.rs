@@ -259,6 +259,10 @@ pub enum Reason {
     /// reduced weight.
     EjectionRefused,
     Revived,
+    /// Decided by another worker of the fleet and shared through the store.
+    Fleet,
+    /// This worker's ejection, refused by the fleet-wide cap in the store.
+    FleetCapRefused,
 }
 
 impl Reason {
@@ -274,6 +278,8 @@ impl Reason {
             Reason::FailedReturns(n) => format!("{n} failed returns in a row"),
             Reason::EjectionRefused => "ejection refused (cap, minimum in service or incident): reduced weight instead".to_owned(),
             Reason::Revived => "revived".to_owned(),
+            Reason::Fleet => "verdict of another worker in the fleet".to_owned(),
+            Reason::FleetCapRefused => "ejection refused by the fleet-wide cap (other workers' ejections count): reduced weight instead".to_owned(),
         }
     }
 }
@@ -576,6 +582,22 @@ impl Breaker {
             self.trials_out = 0;
         }
         Transition { from, to, reason }
+    }
+
+    /// Takes a state another worker decided (`until`: when a quarantine ends). The evidence
+    /// gathered here so far described the old state, so it starts afresh.
+    pub fn impose(&mut self, to: State, until: f64, now: f64, reason: Reason) -> Option<Transition> {
+        if to == State::Quarantined {
+            self.until = until;
+            self.backoff = (until - now).max(0.0);
+        }
+        if to == self.state {
+            return None;
+        }
+        if to == State::Quarantined || to == State::Dead {
+            self.quarantines += 1;
+        }
+        Some(self.enter(to, now, reason))
     }
 
     /// Back in service by hand or by a probe: healthy, the failed-return count cleared.

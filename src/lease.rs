@@ -16,6 +16,8 @@ pub struct LeaseRec {
     pub trial: u8,
     /// A hash of the lease's key (0 for keyless), kept only when calibrating capacities.
     pub identity: u64,
+    /// The lease's id in the fleet's shared store; 0 for a lease only this pool knows.
+    pub remote: u64,
     pub started: f64,
     pub expires: f64,
 }
@@ -107,7 +109,7 @@ mod tests {
     use super::*;
 
     fn rec(expires: f64) -> LeaseRec {
-        LeaseRec { exit: 0, site: 0, trial: 0, identity: 0, started: 0.0, expires }
+        LeaseRec { exit: 0, site: 0, trial: 0, identity: 0, remote: 0, started: 0.0, expires }
     }
 
     #[test]

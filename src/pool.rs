@@ -10,13 +10,14 @@ use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
 use crate::fleet::{Admit, Fleet, Probe};
-use crate::health::{HealthConfig, State as Health};
+use crate::health::{HealthConfig, Reason, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
 use crate::outcome::Report;
 use crate::ring::{Ring, DEFAULT_SALT};
 use crate::select::{Members, NoPick, Selector, Strategy};
 use crate::session::Sessions;
+use crate::store::{ExitCounts, Store, StoreError, Take, Taken, Verdict};
 use crate::warmup::{Pairings, WarmupConfig};
 use parking_lot::{Condvar, Mutex};
 use rand::rngs::SmallRng;
@@ -218,7 +219,32 @@ pub struct Pool {
     freed: Condvar,
     clock: Arc<dyn Clock>,
     events_published: Arc<std::sync::atomic::AtomicU64>,
+    shared: Option<Shared>,
 }
+
+/// A pool's link to the fleet's store. The pool's own state stays complete: it is where the
+/// store's answers are recorded, and what the pool serves from while the store is away.
+struct Shared {
+    store: Arc<dyn Store>,
+    /// This pool's name on its verdicts, so it does not apply its own.
+    origin: u64,
+    link: Mutex<Link>,
+}
+
+struct Link {
+    online: bool,
+    /// When the local copy of the fleet's health is next refreshed (pool clock).
+    next_refresh: f64,
+    /// The last verdict applied.
+    seen: u64,
+}
+
+/// How often the local copy of the fleet's health is refreshed: at most one round trip a
+/// second for it, whatever the lease rate.
+const HEALTH_REFRESH: f64 = 1.0;
+/// A keyless lease offers the store its pick and this many more, so that one full exit
+/// elsewhere in the fleet costs no second round trip.
+const KEYLESS_FALLBACKS: usize = 3;
 
 /// The view's members as the selection strategies see them.
 struct ViewMembers<'a> {
@@ -397,7 +423,31 @@ impl Pool {
         };
         state.view(Vec::new())?;
         let events_published = state.fleet.events.published();
-        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published })
+        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, shared: None })
+    }
+
+    /// A pool that shares leases, sessions, pairings, health verdicts and counters with every
+    /// pool on the same store.
+    pub fn with_store(exits: Vec<Exit>, cfg: Config, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Result<Pool> {
+        let mut pool = Pool::new(exits, cfg, clock)?;
+        let now = pool.clock.now();
+        let origin = {
+            let mut st = pool.state.lock();
+            st.fleet.outbox = Some(Vec::new());
+            st.rng.random::<u64>() | 1
+        };
+        pool.shared = Some(Shared { store, origin, link: Mutex::new(Link { online: true, next_refresh: now, seen: 0 }) });
+        Ok(pool)
+    }
+
+    /// Whether calls may wait on a network store (and so must not hold up other threads).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// The store's description (credentials masked) and whether it is answering.
+    pub fn store_status(&self) -> Option<(String, bool)> {
+        self.shared.as_ref().map(|sh| (sh.store.describe(), sh.link.lock().online))
     }
 
     pub fn now(&self) -> f64 {
@@ -417,6 +467,13 @@ impl Pool {
 
     /// One attempt, without waiting.
     pub fn try_acquire(&self, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
+        if let Some(sh) = &self.shared {
+            let r = self.shared_attempt(sh, view, key, site);
+            if r.is_ok() {
+                self.state.lock().waits.immediate += 1;
+            }
+            return r;
+        }
         let now = self.clock.now();
         let mut st = self.state.lock();
         let wake = st.expire(now) && st.waiters > 0;
@@ -458,6 +515,25 @@ impl Pool {
         let started = Instant::now();
         // `None` from Python arrives as a huge timeout; a deadline past the clock's range is "never".
         let deadline = started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 86_400));
+        if let Some(sh) = &self.shared {
+            // Slots free in other processes too, which no condition variable hears: poll,
+            // from 2 ms doubling to 50 ms.
+            let mut pause = Duration::from_millis(2);
+            loop {
+                match self.shared_attempt(sh, view, key, site) {
+                    Err(Refusal::Full) if Instant::now() < deadline => {
+                        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                        pause = (pause * 2).min(Duration::from_millis(50));
+                    }
+                    Ok(mut grant) => {
+                        let waited = started.elapsed().as_secs_f64();
+                        grant.waited = if pause > Duration::from_millis(2) { waited } else { 0.0 };
+                        return Ok(grant);
+                    }
+                    other => return other,
+                }
+            }
+        }
         let mut st = self.state.lock();
         let mut waited = false;
         loop {
@@ -490,6 +566,7 @@ impl Pool {
         let mut st = self.state.lock();
         // A lease whose time ran out has expired, whether or not anyone looked since.
         let expired = st.expire(now);
+        let mut remote = None;
         let released = match st.leases.take(id) {
             None => {
                 st.counts.ignored_releases += 1;
@@ -512,6 +589,9 @@ impl Pool {
                 let in_service = st.views[0].members.len() as u32;
                 let jitter = st.rng.random::<f64>();
                 st.fleet.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
+                if rec.remote != 0 {
+                    remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
+                }
                 true
             }
         };
@@ -520,12 +600,30 @@ impl Pool {
         if wake {
             self.freed.notify_all();
         }
+        if let (Some(sh), Some((exit, id))) = (&self.shared, remote) {
+            // The fleet's slot ends whatever the answer: a late one was reclaimed already.
+            let r = sh.store.give_back(&exit.id, id, Some(report.outcome));
+            self.heard(sh, r.map(drop), now);
+        }
+        if let Some(sh) = &self.shared {
+            self.publish_verdicts(sh, now);
+        }
         released
     }
 
     /// Where a key lives now: its live session's exit, else its ring exit. Leases nothing.
     pub fn assign(&self, view: u32, key: &str) -> std::result::Result<Arc<Exit>, Refusal> {
         let now = self.clock.now();
+        if let Some(sh) = &self.shared {
+            let r = sh.store.session(key);
+            if self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), now) {
+                let st = self.state.lock();
+                if let Some(h) = r.ok().flatten().and_then(|e| st.by_id.get(&e).copied()) {
+                    return Ok(st.exits[h as usize].exit.clone());
+                }
+                return st.ring_pick(view, key, 0, now).map(|(h, _)| st.exits[h as usize].exit.clone());
+            }
+        }
         let mut st = self.state.lock();
         if let Some(s) = st.sessions.live(key, now) {
             return Ok(st.exits[s.exit as usize].exit.clone());
@@ -563,7 +661,14 @@ impl Pool {
 
     /// Ends a key's session; its next lease binds afresh from the ring.
     pub fn end_session(&self, key: &str) -> bool {
-        self.state.lock().sessions.end(key).is_some()
+        let local = self.state.lock().sessions.end(key).is_some();
+        if let Some(sh) = &self.shared {
+            let r = sh.store.end_session(key);
+            if self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), self.clock.now()) {
+                return r.unwrap_or(false) || local;
+            }
+        }
+        local
     }
 
     pub fn add(&self, exit: Exit) -> Result<()> {
@@ -690,11 +795,18 @@ impl Pool {
             (false, false) => Probe::Failed,
         };
         st.fleet.probe(h, verdict, in_service, now, jitter);
+        drop(st);
+        if let Some(sh) = &self.shared {
+            self.publish_verdicts(sh, now);
+        }
         Ok(drifted)
     }
 
     /// An exit's health: for a site, the worse of its tunnel's state and its state there.
     pub fn state(&self, exit_id: &str, site: Option<&str>) -> Result<Health> {
+        if let Some(sh) = &self.shared {
+            self.sync_health(sh);
+        }
         let now = self.clock.now();
         let mut st = self.state.lock();
         st.fleet.poll(now);
@@ -709,6 +821,10 @@ impl Pool {
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         st.fleet.revive(h, now);
+        drop(st);
+        if let Some(sh) = &self.shared {
+            self.publish_verdicts(sh, now);
+        }
         Ok(())
     }
 
@@ -784,6 +900,9 @@ impl Pool {
     }
 
     pub fn snapshot(&self) -> Snapshot {
+        if let Some(sh) = &self.shared {
+            self.sync_health(sh);
+        }
         let now = self.clock.now();
         let mut guard = self.state.lock();
         if guard.expire(now) && guard.waiters > 0 {
@@ -867,6 +986,189 @@ impl Pool {
             live_leases: st.leases.live(),
             counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
         }
+    }
+}
+
+/// Fleet mode: the decisions made by the shared store.
+impl Pool {
+    /// One lease attempt through the store: decide locally (ring, sessions known here, health,
+    /// strategy), let the store take the slot atomically (one round trip), then record what it
+    /// granted. The pool's lock is not held while the store is asked. When the store cannot
+    /// be reached, the pool's own state decides, as in a pool of its own.
+    fn shared_attempt(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
+        self.sync_health(sh);
+        let now = self.clock.now();
+        // While the store is away it answers at once (it retries the server once a second).
+        self.shared_take(sh, view, key, site, now).unwrap_or_else(|| self.state.lock().attempt(view, key, site, now))
+    }
+
+    /// `None` when the store could not be asked.
+    fn shared_take(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> Option<std::result::Result<Grant, Refusal>> {
+        let mut st = self.state.lock();
+        if st.expire(now) && st.waiters > 0 {
+            self.freed.notify_all();
+        }
+        let site_id = st.site_id(site);
+        let (h, choice) = match st.decide(view, key, site_id, now) {
+            Ok(d) => d,
+            Err(r) => return Some(Err(r)),
+        };
+        let mut candidates = vec![st.exits[h as usize].exit.clone()];
+        if key.is_none() {
+            st.fallbacks(view, h, site_id, now, &mut candidates);
+        }
+        let cfg = st.cfg.clone();
+        drop(st);
+        let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
+        let take = Take { key, candidates: &ids, max_leases: cfg.max_leases, lease_ttl: cfg.lease_ttl, session_ttl: cfg.session_ttl, warmup: cfg.warmup };
+        let taken = sh.store.take(&take);
+        let ok = self.heard(sh, taken.as_ref().map(drop).map_err(Clone::clone), now);
+        if !ok {
+            return None;
+        }
+        Some(match taken.ok()? {
+            Taken::Full { .. } => Err(Refusal::Full),
+            Taken::WarmingUp { exit, wait } => {
+                let mut st = self.state.lock();
+                let h = st.by_id.get(&exit).copied();
+                st.fleet.events.push(now, EventKind::WarmingUp, h, (site_id != 0).then_some(site_id), format!("a new pairing of key {:?} must wait {wait:.3} s (warm-up ramp, fleet-wide)", key.unwrap_or("")));
+                Err(Refusal::WarmingUp { retry_after: wait, exit_id: exit })
+            }
+            Taken::Granted { exit, lease, session } => {
+                let mut st = self.state.lock();
+                let adopted = if exit == ids[0] {
+                    Ok((h, if session { Choice::Session } else { choice }))
+                } else {
+                    st.adopt(view, key, &exit, site_id, now, choice)
+                };
+                match adopted {
+                    Ok((h, choice)) => {
+                        if let Some(key) = key {
+                            if st.sessions.live(key, now).is_some_and(|s| s.exit != h) {
+                                // Another worker bound this key meanwhile: the fleet's binding wins.
+                                st.sessions.end(key);
+                            }
+                            st.sessions.bind(key, h, now + cfg.session_ttl);
+                        }
+                        Ok(st.commit(h, choice, key, site_id, now, lease))
+                    }
+                    Err(refusal) => {
+                        drop(st);
+                        let r = sh.store.give_back(&exit, lease, None);
+                        self.heard(sh, r.map(drop), now);
+                        Err(refusal)
+                    }
+                }
+            }
+        })
+    }
+
+    /// Records whether the store answered, announcing a change either way; true if it did.
+    fn heard(&self, sh: &Shared, r: std::result::Result<(), StoreError>, now: f64) -> bool {
+        let mut link = sh.link.lock();
+        match r {
+            Ok(()) => {
+                if !link.online {
+                    link.online = true;
+                    link.next_refresh = now;
+                    drop(link);
+                    let msg = format!("{} answers again: rejoining the fleet", sh.store.describe());
+                    self.state.lock().fleet.events.push(now, EventKind::StoreRejoined, None, None, msg);
+                }
+                true
+            }
+            Err(StoreError::Unavailable(why)) | Err(StoreError::Protocol(why)) => {
+                if link.online {
+                    link.online = false;
+                    drop(link);
+                    let msg = format!("{why}; serving from this worker's own state until it answers");
+                    self.state.lock().fleet.events.push(now, EventKind::StoreUnavailable, None, None, msg);
+                }
+                false
+            }
+        }
+    }
+
+    /// Brings the local copy of the fleet's health up to date, at most once a second.
+    fn sync_health(&self, sh: &Shared) {
+        let now = self.clock.now();
+        let since = {
+            let mut link = sh.link.lock();
+            if now < link.next_refresh || !link.online {
+                return;
+            }
+            link.next_refresh = now + HEALTH_REFRESH;
+            link.seen
+        };
+        let r = sh.store.verdicts(since);
+        if !self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), now) {
+            return;
+        }
+        let Ok((verdicts, last)) = r else { return };
+        let mut st = self.state.lock();
+        for v in verdicts.iter().filter(|v| v.origin != sh.origin) {
+            let Some(&h) = st.by_id.get(&v.exit) else { continue };
+            if st.exits[h as usize].removed {
+                continue;
+            }
+            let site = (!v.site.is_empty()).then(|| st.site_id(Some(&v.site)));
+            st.fleet.impose(h, site, v.state, v.hold, now, Reason::Fleet);
+        }
+        drop(st);
+        let mut link = sh.link.lock();
+        link.seen = link.seen.max(last);
+    }
+
+    /// Sends this worker's new verdicts to the fleet. An ejection the fleet-wide cap refuses
+    /// is turned into reduced weight here, as a local refusal would have been.
+    fn publish_verdicts(&self, sh: &Shared, now: f64) {
+        let (pending, cap) = {
+            let mut st = self.state.lock();
+            let Some(outbox) = st.fleet.outbox.as_mut() else { return };
+            if outbox.is_empty() {
+                return;
+            }
+            let pending: Vec<_> = std::mem::take(outbox);
+            let in_service = st.views[0].members.len() as u32;
+            let cap = st.fleet.ejection_cap(in_service);
+            let named: Vec<_> = pending
+                .into_iter()
+                .map(|(h, site, state, hold)| {
+                    let v = Verdict {
+                        exit: st.exits[h as usize].exit.id.clone(),
+                        site: site.map_or(String::new(), |s| st.site_names[s as usize].to_string()),
+                        state,
+                        hold,
+                        origin: sh.origin,
+                        seq: 0,
+                    };
+                    (h, site, v)
+                })
+                .collect();
+            (named, cap)
+        };
+        for (h, site, v) in pending {
+            let r = sh.store.publish(&v, cap);
+            if !self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), now) {
+                return;
+            }
+            if r == Ok(false) {
+                let mut st = self.state.lock();
+                if st.fleet.state(h, site) == v.state {
+                    st.fleet.impose(h, site, Health::Degraded, 0.0, now, Reason::FleetCapRefused);
+                }
+            }
+        }
+    }
+
+    /// Fleet-wide figures per exit (this pool's exits, in snapshot order), if the store answers.
+    pub fn fleet_counts(&self) -> Option<Vec<ExitCounts>> {
+        let sh = self.shared.as_ref()?;
+        let exits: Vec<Arc<Exit>> = self.state.lock().exits.iter().map(|s| s.exit.clone()).collect();
+        let ids: Vec<&str> = exits.iter().map(|e| e.id.as_str()).collect();
+        let r = sh.store.counts(&ids);
+        self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), self.clock.now());
+        r.ok()
     }
 }
 
@@ -1044,49 +1346,39 @@ impl State {
 
     #[inline]
     fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> std::result::Result<Grant, Refusal> {
-        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         let site = self.site_id(site);
+        let (h, choice) = self.decide(view, key, site, now)?;
+        if let Some(key) = key {
+            if let Some(cfg) = &self.cfg.warmup {
+                if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
+                    self.fleet.events.push(now, EventKind::WarmingUp, Some(h), (site != 0).then_some(site), format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"));
+                    return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
+                }
+            }
+            self.sessions.bind(key, h, now + self.cfg.session_ttl);
+        }
+        Ok(self.commit(h, choice, key, site, now, 0))
+    }
+
+    /// Where a lease would go now, deciding nothing yet: the key's session exit or its ring
+    /// exit, or the strategy's pick for a keyless lease. Refuses for the reasons the caller
+    /// can act on (a lost session, cooling, full, nothing in service).
+    #[inline]
+    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, now: f64) -> std::result::Result<(u32, Choice), Refusal> {
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         self.fleet.poll(now);
         self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
-        let (h, choice) = match key {
+        match key {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
                 let (h, choice) = match self.sessions.live(key, now) {
-                    Some(s) => {
-                        let slot = &self.exits[s.exit as usize];
-                        let why = if slot.removed {
-                            Some("its exit was removed from the pool")
-                        } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
-                            Some("its exit is outside this subset")
-                        } else {
-                            self.fleet.lost(s.exit, site)
-                        };
-                        if let Some(why) = why {
-                            let exit_id = slot.exit.id.clone();
-                            self.fleet.events.push(now, EventKind::SessionLost, Some(s.exit), (site != 0).then_some(site), format!("session of key {key:?}: {why}; not moved"));
-                            return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
-                        }
-                        match self.fleet.admits(s.exit, site, now) {
-                            Admit::Yes => {}
-                            Admit::Cooling(until) => return Err(Refusal::Cooling { wait: until - now, why: RATE_LIMITED_ONE }),
-                            // Probing with every trial out: wait for one to come back.
-                            Admit::No(_) => return Err(Refusal::Full),
-                        }
-                        (s.exit, Choice::Session)
-                    }
+                    Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
                     None => self.ring_pick(view, key, site, now)?,
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
                 }
-                if let Some(cfg) = &self.cfg.warmup {
-                    if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
-                        self.fleet.events.push(now, EventKind::WarmingUp, Some(h), (site != 0).then_some(site), format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"));
-                        return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
-                    }
-                }
-                self.sessions.bind(key, h, now + self.cfg.session_ttl);
-                (h, choice)
+                Ok((h, choice))
             }
             None => {
                 let strategy = self.cfg.strategy;
@@ -1109,9 +1401,66 @@ impl State {
                 if lru {
                     last_used[site as usize][h as usize] = now;
                 }
-                (h, Choice::Strategy(strategy))
+                Ok((h, Choice::Strategy(strategy)))
             }
+        }
+    }
+
+    /// A live session's exit, if it can serve: a session never moves, so an exit that cannot
+    /// is reported (`SessionExitLost`), never silently replaced.
+    fn session_exit(&mut self, view: u32, key: &str, h: u32, site: u32, now: f64) -> std::result::Result<u32, Refusal> {
+        let slot = &self.exits[h as usize];
+        let why = if slot.removed {
+            Some("its exit was removed from the pool")
+        } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
+            Some("its exit is outside this subset")
+        } else {
+            self.fleet.lost(h, site)
         };
+        if let Some(why) = why {
+            let exit_id = slot.exit.id.clone();
+            self.fleet.events.push(now, EventKind::SessionLost, Some(h), (site != 0).then_some(site), format!("session of key {key:?}: {why}; not moved"));
+            return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
+        }
+        match self.fleet.admits(h, site, now) {
+            Admit::Yes => Ok(h),
+            Admit::Cooling(until) => Err(Refusal::Cooling { wait: until - now, why: RATE_LIMITED_ONE }),
+            // Probing with every trial out: wait for one to come back.
+            Admit::No(_) => Err(Refusal::Full),
+        }
+    }
+
+    /// Other members of the view that could take a keyless lease for the site, fewest local
+    /// leases first, for the store to try when the pick is full fleet-wide.
+    fn fallbacks(&self, view: u32, picked: u32, site: u32, now: f64, out: &mut Vec<Arc<Exit>>) {
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
+        let mut more: Vec<u32> = self.views[view as usize]
+            .members
+            .iter()
+            .copied()
+            .filter(|&h| h != picked && self.exits[h as usize].active < max_leases && self.fleet.admits(h, site, now) == Admit::Yes)
+            .collect();
+        more.sort_by_key(|&h| self.exits[h as usize].active);
+        out.extend(more.into_iter().take(KEYLESS_FALLBACKS).map(|h| self.exits[h as usize].exit.clone()));
+    }
+
+    /// The store granted a slot on another exit than the one decided here: for a keyless
+    /// lease, one of the fallbacks; for a keyed one, the exit of a session another worker
+    /// bound, which must be able to serve here too.
+    fn adopt(&mut self, view: u32, key: Option<&str>, exit: &str, site: u32, now: f64, choice: Choice) -> std::result::Result<(u32, Choice), Refusal> {
+        let Some(&h) = self.by_id.get(exit) else {
+            let key = key.unwrap_or("").to_owned();
+            return Err(Refusal::SessionExitLost { key, exit_id: exit.to_owned(), why: "its exit is not in this worker's pool" });
+        };
+        match key {
+            None => Ok((h, choice)),
+            Some(key) => Ok((self.session_exit(view, key, h, site, now)?, Choice::Session)),
+        }
+    }
+
+    /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
+    #[inline]
+    fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
         self.fleet.gate_pass(site, now);
         let state = self.fleet.state(h, Some(site));
         let trial = self.fleet.on_lease(h, site);
@@ -1124,9 +1473,9 @@ impl State {
             Some(k) if self.cfg.calibrate => identity_of(k),
             _ => 0,
         };
-        let id = self.leases.insert(LeaseRec { exit: h, site, trial, identity, started: now, expires: now + self.cfg.lease_ttl });
+        let id = self.leases.insert(LeaseRec { exit: h, site, trial, identity, remote, started: now, expires: now + self.cfg.lease_ttl });
         self.counts.acquired += 1;
-        Ok(Grant { id, exit, choice, state, waited: 0.0 })
+        Grant { id, exit, choice, state, waited: 0.0 }
     }
 }
 

@@ -103,7 +103,7 @@ fn the_ceiling_holds_and_a_release_frees_a_slot(s: Subject) {
     let (_, a) = granted(st.take(&take(None, &["a"], Some(2))).unwrap());
     granted(st.take(&take(None, &["a"], Some(2))).unwrap());
     assert_eq!(st.take(&take(None, &["a"], Some(2))).unwrap(), Taken::Full { exit: None });
-    assert!(st.give_back("a", a, Outcome::Success).unwrap());
+    assert!(st.give_back("a", a, Some(Outcome::Success)).unwrap());
     assert_eq!(granted(st.take(&take(None, &["a"], Some(2))).unwrap()).0, "a");
 }
 
@@ -120,7 +120,7 @@ fn an_expired_lease_frees_its_slot_and_its_late_release_is_ignored(s: Subject) {
     let (_, id) = granted(st.take(&short).unwrap());
     assert!(matches!(st.take(&short).unwrap(), Taken::Full { .. }));
     (s.advance)(0.3);
-    assert!(!st.give_back("a", id, Outcome::Success).unwrap(), "a release after expiry must change nothing");
+    assert!(!st.give_back("a", id, Some(Outcome::Success)).unwrap(), "a release after expiry must change nothing");
     granted(st.take(&short).unwrap());
     assert!(matches!(st.take(&short).unwrap(), Taken::Full { .. }), "the late release must not have freed a second slot");
 }
@@ -128,9 +128,9 @@ fn an_expired_lease_frees_its_slot_and_its_late_release_is_ignored(s: Subject) {
 fn a_second_release_is_ignored(s: Subject) {
     let st = &s.store;
     let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
-    assert!(st.give_back("a", id, Outcome::Success).unwrap());
-    assert!(!st.give_back("a", id, Outcome::Success).unwrap());
-    assert!(!st.give_back("a", 999_999, Outcome::Success).unwrap());
+    assert!(st.give_back("a", id, Some(Outcome::Success)).unwrap());
+    assert!(!st.give_back("a", id, Some(Outcome::Success)).unwrap());
+    assert!(!st.give_back("a", 999_999, Some(Outcome::Success)).unwrap());
 }
 
 fn a_live_session_never_moves_and_ends_when_told(s: Subject) {
@@ -218,8 +218,8 @@ fn counts_are_fleet_wide(s: Subject) {
     let (_, a1) = granted(st.take(&take(None, &["a"], None)).unwrap());
     granted(st.take(&take(None, &["a"], None)).unwrap());
     let (_, b1) = granted(st.take(&take(None, &["b"], None)).unwrap());
-    st.give_back("a", a1, Outcome::Success).unwrap();
-    st.give_back("b", b1, Outcome::Block).unwrap();
+    st.give_back("a", a1, Some(Outcome::Success)).unwrap();
+    st.give_back("b", b1, Some(Outcome::Block)).unwrap();
     let c = st.counts(&["a", "b", "never"]).unwrap();
     assert_eq!((c[0].active, c[0].leases, c[0].outcomes[Outcome::Success as usize]), (1, 2, 1));
     assert_eq!((c[1].active, c[1].leases, c[1].outcomes[Outcome::Block as usize]), (0, 1, 1));

@@ -108,13 +108,15 @@ impl Store for MemoryStore {
         Ok(Taken::Full { exit: t.key.map(|_| exit_of_key.clone()) })
     }
 
-    fn give_back(&self, exit: &str, lease: u64, outcome: Outcome) -> StoreResult<bool> {
+    fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool> {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let Some(live) = st.leases.get_mut(exit) else { return Ok(false) };
         let Some(i) = live.iter().position(|&(id, expires)| id == lease && expires > now) else { return Ok(false) };
         live.swap_remove(i);
-        st.counts.entry(exit.to_owned()).or_default().outcomes[outcome as usize] += 1;
+        if let Some(o) = outcome {
+            st.counts.entry(exit.to_owned()).or_default().outcomes[o as usize] += 1;
+        }
         Ok(true)
     }
 

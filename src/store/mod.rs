@@ -98,8 +98,9 @@ pub trait Store: Send + Sync {
     /// What to call the store in messages, credentials masked.
     fn describe(&self) -> String;
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken>;
-    /// Ends a lease; `false` if it had already ended (expired, or given back before).
-    fn give_back(&self, exit: &str, lease: u64, outcome: Outcome) -> StoreResult<bool>;
+    /// Ends a lease, counting its outcome (`None`: handed back unused); `false` if it had
+    /// already ended (expired, or given back before).
+    fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool>;
     /// The exit of the key's live session, if any.
     fn session(&self, key: &str) -> StoreResult<Option<String>>;
     fn end_session(&self, key: &str) -> StoreResult<bool>;

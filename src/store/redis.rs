@@ -161,8 +161,8 @@ impl Store for RedisStore {
         }
     }
 
-    fn give_back(&self, exit: &str, lease: u64, outcome: Outcome) -> StoreResult<bool> {
-        let ended: i64 = self.with(|con| self.scripts.give_back.arg(&self.prefix).arg(exit).arg(lease).arg(outcome.name()).invoke(con))?;
+    fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool> {
+        let ended: i64 = self.with(|con| self.scripts.give_back.arg(&self.prefix).arg(exit).arg(lease).arg(outcome.map_or("", Outcome::name)).invoke(con))?;
         Ok(ended == 1)
     }
 
