@@ -1009,7 +1009,7 @@ impl Pool {
             self.freed.notify_all();
         }
         let site_id = st.site_id(site);
-        let (h, choice) = match st.decide(view, key, site_id, now) {
+        let (h, choice) = match st.decide(view, key, site_id, now, false) {
             Ok(d) => d,
             Err(r) => return Some(Err(r)),
         };
@@ -1036,8 +1036,8 @@ impl Pool {
             }
             Taken::Granted { exit, lease, session } => {
                 let mut st = self.state.lock();
-                let adopted = if exit == ids[0] {
-                    Ok((h, if session { Choice::Session } else { choice }))
+                let adopted = if exit == ids[0] && !session {
+                    Ok((h, choice))
                 } else {
                     st.adopt(view, key, &exit, site_id, now, choice)
                 };
@@ -1161,12 +1161,10 @@ impl Pool {
         }
     }
 
-    /// Fleet-wide figures per exit (this pool's exits, in snapshot order), if the store answers.
-    pub fn fleet_counts(&self) -> Option<Vec<ExitCounts>> {
+    /// Fleet-wide figures for these exits, if there is a store and it answers.
+    pub fn fleet_counts(&self, ids: &[&str]) -> Option<Vec<ExitCounts>> {
         let sh = self.shared.as_ref()?;
-        let exits: Vec<Arc<Exit>> = self.state.lock().exits.iter().map(|s| s.exit.clone()).collect();
-        let ids: Vec<&str> = exits.iter().map(|e| e.id.as_str()).collect();
-        let r = sh.store.counts(&ids);
+        let r = sh.store.counts(ids);
         self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), self.clock.now());
         r.ok()
     }
@@ -1347,7 +1345,7 @@ impl State {
     #[inline]
     fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> std::result::Result<Grant, Refusal> {
         let site = self.site_id(site);
-        let (h, choice) = self.decide(view, key, site, now)?;
+        let (h, choice) = self.decide(view, key, site, now, true)?;
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
@@ -1362,16 +1360,18 @@ impl State {
 
     /// Where a lease would go now, deciding nothing yet: the key's session exit or its ring
     /// exit, or the strategy's pick for a keyless lease. Refuses for the reasons the caller
-    /// can act on (a lost session, cooling, full, nothing in service).
+    /// can act on (a lost session, cooling, full, nothing in service). With a shared store the
+    /// store knows the sessions (`local_sessions` false): another worker may have ended one.
     #[inline]
-    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, now: f64) -> std::result::Result<(u32, Choice), Refusal> {
+    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, now: f64, local_sessions: bool) -> std::result::Result<(u32, Choice), Refusal> {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         self.fleet.poll(now);
         self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
         match key {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
-                let (h, choice) = match self.sessions.live(key, now) {
+                let live = if local_sessions { self.sessions.live(key, now) } else { None };
+                let (h, choice) = match live {
                     Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
                     None => self.ring_pick(view, key, site, now)?,
                 };

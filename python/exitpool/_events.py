@@ -20,6 +20,7 @@ _WARNING_KINDS = frozenset(
         "lease_expired",
         "exit_drifted",
         "probe_failed",
+        "store_unavailable",
     }
 )
 

@@ -18,9 +18,13 @@ async def _aenter(lease: Any, timeout: Optional[float]) -> Any:
     and also waits out ``WarmingUp`` and ``Cooling`` when their wait fits in the timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     poll = _POLL_FIRST
+    # With a shared store every try is a network round trip: it runs on a worker thread, so
+    # the event loop never waits on the store (nor on its timeouts when it is down).
+    shared = lease._shared
     while True:
         try:
-            if lease._try_enter():
+            entered = await asyncio.to_thread(lease._try_enter) if shared else lease._try_enter()
+            if entered:
                 return lease
             wait = poll
             poll = min(poll * 2, _POLL_CAP)
@@ -38,4 +42,6 @@ async def _aenter(lease: Any, timeout: Optional[float]) -> Any:
 
 
 async def _aexit(lease: Any, exc_type: Any, exc: Any, tb: Any) -> bool:
+    if lease._shared:
+        return await asyncio.to_thread(lease.__exit__, exc_type, exc, tb)
     return lease.__exit__(exc_type, exc, tb)

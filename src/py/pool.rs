@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyType};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -181,7 +181,7 @@ impl PyPool {
     #[new]
     #[pyo3(signature = (exits, *, strategy="weighted", replicas=None, session_ttl=900.0, lease_ttl=120.0,
                         max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0,
-                        health=None, calibrate=false))]
+                        health=None, calibrate=false, store=None, namespace="exitpool"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -198,6 +198,8 @@ impl PyPool {
         cooldown: f64,
         health: Option<&Bound<'_, PyDict>>,
         calibrate: bool,
+        store: Option<&str>,
+        namespace: &str,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
             None => None,
@@ -233,8 +235,28 @@ impl PyPool {
             None => Arc::new(SystemClock::new()),
         };
         let exits = extract_exits(py, exits)?;
-        let core = py.detach(move || Pool::new(exits, cfg, clock)).py_err(py)?;
+        let store = match store {
+            None => None,
+            Some(url) => {
+                let (url, namespace) = (url.to_owned(), namespace.to_owned());
+                Some(py.detach(move || crate::store::open(&url, &namespace)).py_err(py)?)
+            }
+        };
+        let core = py
+            .detach(move || match store {
+                None => Pool::new(exits, cfg, clock),
+                Some(store) => Pool::with_store(exits, cfg, clock, store),
+            })
+            .py_err(py)?;
         Ok(PyPool { core: Arc::new(core), view: 0, what: "the pool".into(), dispatch: Arc::default() })
+    }
+
+    /// A pool built from a TOML file; the loader and its validation live in Python
+    /// (`exitpool._config`), where `tomllib` is.
+    #[classmethod]
+    fn from_config(cls: &Bound<'_, PyType>, path: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let py = cls.py();
+        Ok(py.import("exitpool._config")?.getattr("from_config")?.call1((cls, path))?.unbind())
     }
 
     /// A context manager (`with` and `async with`) that leases an exit for `key`.
@@ -435,7 +457,12 @@ impl PyPool {
     /// Everything the pool knows, as plain data (JSON-serialisable); the schema is the
     /// `Snapshot` TypedDict in the stubs.
     fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let snap = self.core.snapshot();
+        let (snap, fleet) = py.detach(|| {
+            let snap = self.core.snapshot();
+            let ids: Vec<&str> = snap.exits.iter().map(|e| e.exit.id.as_str()).collect();
+            let fleet = self.core.fleet_counts(&ids);
+            (snap, fleet)
+        });
         self.dispatch.deliver(py, &self.core);
         let names = OUTCOMES.map(|o| o.name());
         let outcomes = |counts: &[u64; 8]| -> PyResult<Bound<'py, PyDict>> {
@@ -570,7 +597,40 @@ impl PyPool {
         d.set_item("matrix", matrix)?;
         d.set_item("sessions", snap.sessions)?;
         d.set_item("live_leases", snap.live_leases)?;
+        let store = match self.core.store_status() {
+            None => None,
+            Some((url, online)) => {
+                let sd = PyDict::new(py);
+                sd.set_item("url", url)?;
+                sd.set_item("online", online)?;
+                let per_exit = PyDict::new(py);
+                if let Some(counts) = &fleet {
+                    for (e, c) in snap.exits.iter().zip(counts) {
+                        let x = PyDict::new(py);
+                        x.set_item("active", c.active)?;
+                        x.set_item("leases", c.leases)?;
+                        x.set_item("outcomes", outcomes(&c.outcomes)?)?;
+                        per_exit.set_item(&e.exit.id, x)?;
+                    }
+                }
+                sd.set_item("exits", per_exit)?;
+                Some(sd)
+            }
+        };
+        d.set_item("store", store)?;
         Ok(d)
+    }
+
+    /// The shared store's URL (credentials masked), or None for a pool of its own.
+    #[getter]
+    fn store(&self) -> Option<String> {
+        self.core.store_status().map(|s| s.0)
+    }
+
+    /// Whether calls wait on a network store: `async with` then runs them on a thread.
+    #[getter]
+    fn _shared(&self) -> bool {
+        self.core.is_shared()
     }
 
     fn __len__(&self) -> usize {
@@ -591,7 +651,10 @@ impl PyPool {
     fn __repr__(&self) -> String {
         let n = self.core.members(self.view).len();
         if self.view == 0 {
-            format!("Pool({n} exits, strategy='{}')", self.core.config().strategy.name())
+            match self.core.store_status() {
+                None => format!("Pool({n} exits, strategy='{}')", self.core.config().strategy.name()),
+                Some((url, _)) => format!("Pool({n} exits, strategy='{}', store='{url}')", self.core.config().strategy.name()),
+            }
         } else {
             format!("Pool.{} ({n} exits)", self.what)
         }
@@ -633,8 +696,11 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 impl PyLease {
     fn attempt(&self, py: Python<'_>, wait: Duration) -> Result<Grant, Refusal> {
         let run = |k: Option<&str>, s: Option<&str>| {
-            if wait.is_zero() {
+            if wait.is_zero() && !self.core.is_shared() {
                 self.core.try_acquire(self.view, k, s)
+            } else if wait.is_zero() {
+                // A shared store is a network round trip: other threads run meanwhile.
+                py.detach(|| self.core.try_acquire(self.view, k, s))
             } else {
                 py.detach(|| self.core.acquire_within(self.view, k, s, wait))
             }
@@ -732,7 +798,7 @@ impl PyLease {
             let Some(id) = st.id else { return false };
             (id, st.report.or(fallback).unwrap_or(Report::SUCCESS))
         };
-        let released = self.core.release(id, &report);
+        let released = if self.core.is_shared() { py.detach(|| self.core.release(id, &report)) } else { self.core.release(id, &report) };
         self.dispatch.deliver(py, &self.core);
         released
     }
@@ -823,6 +889,11 @@ impl PyLease {
                 Err(refusal_to_py(py, r, &self.what, Some(0.0)))
             }
         }
+    }
+
+    #[getter]
+    fn _shared(&self) -> bool {
+        self.core.is_shared()
     }
 
     fn _full_message(&self, timeout: Option<f64>) -> String {

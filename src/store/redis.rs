@@ -41,15 +41,23 @@ pub struct RedisStore {
 
 impl RedisStore {
     pub fn open(url: &str, namespace: &str) -> Result<RedisStore> {
-        let shown = mask_raw(url);
-        let parsed = url::Url::parse(url).map_err(|e| Error::BadInput(format!("store {shown} is not a URL: {e}")))?;
+        let parsed = url::Url::parse(url).map_err(|e| Error::BadInput(format!("store {} is not a URL: {e}", mask_raw(url))))?;
         let mut secrets: Vec<String> = Vec::new();
+        let mut shown = parsed.clone();
         if let Some(pw) = parsed.password() {
             secrets.push(pw.to_owned());
             if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
                 secrets.push(decoded.into_owned());
             }
+            let _ = shown.set_password(Some("[secure]"));
         }
+        // Unix socket URLs carry their password as a query parameter.
+        if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
+            secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
+            let kept: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| if k == "pass" || k == "password" { (k.into_owned(), "[secure]".to_owned()) } else { (k.into_owned(), v.into_owned()) }).collect();
+            shown.query_pairs_mut().clear().extend_pairs(kept);
+        }
+        let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
         let client = redis::Client::open(url).map_err(|e| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets))))?;
         Ok(RedisStore {
             client,

@@ -1,0 +1,368 @@
+"""Fleet mode: pools in several processes sharing one store, against a real redis-server.
+
+Each test starts its own server on a free loopback port (scripts/test-deps.sh installs Debian's
+redis-server). Workers are real processes (tests/fleet/worker.py) given their exits in different
+orders. The same contract runs on the in-process memory store too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import exitpool
+from exitpool import Exit, Pool
+
+WORKER = Path(__file__).parent / "fleet" / "worker.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server of the test's own, on loopback, without persistence."""
+
+    def __init__(self, tmp: Path, port: int = 0, password: str = "") -> None:
+        self.port = port or _free_port()
+        self.sock = tmp / f"redis-{self.port}.sock"
+        self.password = password
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "RedisServer":
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--unixsocket", str(self.sock)]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def cli(self, *args: str) -> str:
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        return subprocess.run(["redis-cli", "-p", str(self.port), *auth, *args], capture_output=True, text=True, timeout=10).stdout
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def exits(n: int = 4, reverse: bool = False) -> list:
+    xs = [Exit(f"e{i}", f"http://user:pw@127.0.0.1:{9100 + i}", ip=f"127.0.1.{i + 1}") for i in range(n)]
+    return list(reversed(xs)) if reverse else xs
+
+
+def worker(job: str, url: str, ns: str, order: str, **args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), job, url, ns, order, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def result(p: subprocess.Popen, timeout: float = 60) -> dict:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def max_overlap(spans: list) -> dict:
+    """Per exit, the most leases held at one moment (spans are inside their leases)."""
+    by_exit: dict = {}
+    for exit_id, start, end in spans:
+        by_exit.setdefault(exit_id, []).extend([(start, 1), (end, -1)])
+    peak = {}
+    for exit_id, marks in by_exit.items():
+        marks.sort(key=lambda m: (m[0], m[1]))
+        now = top = 0
+        for _, d in marks:
+            now += d
+            top = max(top, now)
+        peak[exit_id] = top
+    return peak
+
+
+# --- the contract, on both stores -------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request, tmp_path):
+    if request.param == "memory":
+        yield f"memory://{tmp_path.name}"
+        return
+    server = RedisServer(tmp_path).start()
+    yield server.url
+    server.stop()
+
+
+def test_two_pools_share_one_ceiling(store):
+    a = Pool(exits(2), store=store, namespace="c", max_leases=1)
+    b = Pool(exits(2, reverse=True), store=store, namespace="c", max_leases=1)
+    la, lb = a.acquire(), b.acquire()
+    assert {la.exit_id, lb.exit_id} == {"e0", "e1"}
+    with pytest.raises(exitpool.NoExitAvailable):
+        a.acquire(timeout=0.05)
+    b.release(lb)
+    assert a.acquire(timeout=1).exit_id == lb.exit_id
+
+
+def test_sessions_agree_between_pools_and_end_for_all(store):
+    a = Pool(exits(6), store=store, namespace="s")
+    b = Pool(exits(6, reverse=True) + [Exit("extra", "http://user:pw@127.0.0.1:9199")], store=store, namespace="s")
+    keys = [f"acct-{i}" for i in range(40)]
+    first = {}
+    for k in keys:
+        with a.lease(k) as lease:
+            first[k] = lease.exit_id
+    for k in keys:
+        # b's ring differs (another exit), yet every live session stays where it is.
+        with b.lease(k) as lease:
+            assert lease.exit_id == first[k]
+            assert lease.strategy == "session"
+        assert b.assign(k).exit_id == first[k]
+    # Ending a session on one worker ends it for all: b's next lease binds from b's own ring.
+    ring_b = exitpool.Ring(exits(6, reverse=True) + [Exit("extra", "http://user:pw@127.0.0.1:9199")], replicas=exitpool.DEFAULT_REPLICAS)
+    moved = [k for k in keys if ring_b.assign(k).exit_id != first[k]]
+    assert moved, "b's extra exit takes some keys from the ring"
+    k = moved[0]
+    assert a.end_session(k)
+    assert b.assign(k).exit_id == ring_b.assign(k).exit_id
+    with b.lease(k) as lease:
+        assert lease.exit_id == ring_b.assign(k).exit_id
+
+
+def test_a_late_release_is_ignored_by_the_fleet(store):
+    a = Pool(exits(1), store=store, namespace="l", max_leases=1, lease_ttl=0.3)
+    b = Pool(exits(1), store=store, namespace="l", max_leases=1, lease_ttl=0.3)
+    lease = a.acquire()
+    time.sleep(0.45)
+    taken = b.acquire(timeout=1)  # the expired slot was reclaimed
+    assert a.release(lease) is False
+    with pytest.raises(exitpool.NoExitAvailable):
+        a.acquire(timeout=0.05)
+    b.release(taken)
+
+
+def test_a_verdict_reaches_the_other_pool(store):
+    a = Pool(exits(4), store=store, namespace="v")
+    b = Pool(exits(4, reverse=True), store=store, namespace="v")
+    # A probe sees e2 leave from another address: one verdict takes it out.
+    assert a.record_probe("e2", True, observed_ip="10.9.9.9") is True
+    assert a.state("e2") == "quarantined"
+    deadline = time.monotonic() + 3
+    while b.state("e2") != "quarantined":
+        assert time.monotonic() < deadline, "the verdict did not arrive"
+        time.sleep(0.05)
+    assert any("another worker" in e["message"] for e in b.events())
+    for _ in range(20):
+        with b.lease() as lease:
+            assert lease.exit_id != "e2"
+
+
+def test_snapshot_shows_the_fleet(store):
+    a = Pool(exits(2), store=store, namespace="n")
+    b = Pool(exits(2), store=store, namespace="n")
+    for _ in range(3):
+        with a.lease() as lease:
+            pass
+    with b.lease() as lease:
+        lease.report(status=403)
+    held = a.acquire()
+    fleet = b.snapshot()["store"]
+    assert fleet["online"] is True
+    total = {k: sum(e[k] for e in fleet["exits"].values()) for k in ("leases", "active")}
+    assert total == {"leases": 5, "active": 1}
+    assert sum(e["outcomes"]["success"] for e in fleet["exits"].values()) == 3
+    assert sum(e["outcomes"]["block"] for e in fleet["exits"].values()) == 1
+    a.release(held)
+    assert Pool(exits(1)).snapshot()["store"] is None
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def test_processes_never_exceed_the_shared_ceiling(redis):
+    procs = [worker("hold", redis.url, "ceil", order, seconds=3.0, hold=0.004, exits=3, pool={"max_leases": 2}) for order in ("forward", "backward", "forward", "backward")]
+    spans = [s for p in procs for s in result(p)["spans"]]
+    peak = max_overlap(spans)
+    assert len(spans) > 200, "the workers leased too little to say anything"
+    assert set(peak) == {"e0", "e1", "e2"}
+    assert max(peak.values()) <= 2, peak
+    # And the ceiling was actually reached: the test could have seen a breach.
+    assert max(peak.values()) == 2
+
+
+def test_processes_agree_on_sessions(redis):
+    keys = [f"acct-{i}" for i in range(60)]
+    a = worker("assign", redis.url, "agree", "forward", keys=keys, exits=8)
+    first = result(a)["assigned"]
+    b = worker("assign", redis.url, "agree", "backward", keys=keys, exits=8)
+    assert result(b)["assigned"] == first
+    assert len(set(first.values())) > 3
+
+
+def test_a_sigkilled_holder_frees_its_slots_after_lease_ttl(redis):
+    p = worker("grab", redis.url, "kill", "forward", count=2, exits=2, pool={"max_leases": 1, "lease_ttl": 1.5})
+    held = json.loads(p.stdout.readline())["held"]
+    assert sorted(held) == ["e0", "e1"]
+    killed = time.monotonic()
+    p.send_signal(signal.SIGKILL)
+    p.wait(5)
+    pool = Pool(exits(2), store=redis.url, namespace="kill", max_leases=1, lease_ttl=1.5)
+    with pytest.raises(exitpool.NoExitAvailable):
+        pool.acquire(timeout=0.1)
+    lease = pool.acquire(timeout=5)
+    assert time.monotonic() - killed <= 1.5 + 1.0
+    assert lease.exit_id in held
+
+
+def test_a_quarantine_in_one_process_is_seen_by_another_within_a_second(redis):
+    watcher = worker("watch", redis.url, "q", "backward", exit="e1", seconds=10)
+    assert json.loads(watcher.stdout.readline())["ready"]
+    pool = Pool(exits(4), store=redis.url, namespace="q")
+    decided = time.monotonic()
+    pool.record_probe("e1", True, observed_ip="10.1.1.1")
+    out = result(watcher)
+    assert out["seen"] is not None, out
+    # CLOCK_MONOTONIC is one clock for every process of this machine.
+    assert out["seen"] - decided <= 1.5
+    assert any("another worker" in m for m in out["events"])
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def test_redis_killed_and_restarted_mid_run(tmp_path):
+    server = RedisServer(tmp_path).start()
+    pool = Pool(exits(3), store=server.url, namespace="f", max_leases=5)
+    seen = []
+    pool.on_event(lambda e: seen.append(e["kind"]))
+    slowest = 0.0
+    for phase in ("up", "down", "back"):
+        if phase == "down":
+            server.stop()
+        if phase == "back":
+            server.start()
+            time.sleep(1.1)  # past the one-second pause before the store is tried again
+        for i in range(50):
+            t0 = time.monotonic()
+            with pool.lease(f"acct-{i % 7}") as lease:
+                assert lease.exit_id in ("e0", "e1", "e2")
+            slowest = max(slowest, time.monotonic() - t0)
+        if phase == "down":
+            assert pool.snapshot()["store"]["online"] is False
+    server.stop()
+    assert "store_unavailable" in seen and "store_rejoined" in seen
+    assert seen.index("store_unavailable") < seen.index("store_rejoined")
+    assert pool.snapshot()["store"]["url"].endswith(f":{server.port}/0")
+    # Nothing waited on the dead server beyond its short timeouts.
+    assert slowest < 2.0
+
+
+def test_script_cache_flushed_mid_run(redis):
+    pool = Pool(exits(2), store=redis.url, namespace="flush", max_leases=1)
+    kinds = []
+    pool.on_event(lambda e: kinds.append(e["kind"]))
+    for i in range(20):
+        if i == 10:
+            assert redis.cli("SCRIPT", "FLUSH").strip() == "OK"
+        with pool.lease() as lease:
+            pass
+    assert "store_unavailable" not in kinds
+    assert pool.snapshot()["store"]["online"] is True
+    assert sum(e["leases"] for e in pool.snapshot()["store"]["exits"].values()) == 20
+
+
+def test_async_leases_never_block_the_event_loop(redis):
+    pool = Pool(exits(2), store=redis.url, namespace="a")
+
+    async def run() -> float:
+        gaps = []
+        stop = asyncio.Event()
+
+        async def ticker():
+            last = time.monotonic()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                gaps.append(time.monotonic() - last)
+                last = time.monotonic()
+
+        t = asyncio.create_task(ticker())
+        await asyncio.sleep(0.05)
+        # The server stalls for 0.4 s (DEBUG SLEEP); a lease asked meanwhile must wait in a
+        # thread, not in the loop.
+        stall = asyncio.create_task(asyncio.to_thread(redis.cli, "DEBUG", "SLEEP", "0.4"))
+        await asyncio.sleep(0.05)
+        async with pool.lease("acct-1") as lease:
+            assert lease.exit_id in ("e0", "e1")
+        await stall
+        stop.set()
+        await t
+        return max(gaps)
+
+    assert asyncio.run(run()) < 0.2
+
+
+def test_credentials_of_the_store_stay_secret(tmp_path):
+    server = RedisServer(tmp_path, password="s3cr3t-Pa55").start()
+    try:
+        pool = Pool(exits(2), store=server.url, namespace="pw")
+        with pool.lease() as lease:
+            pass
+        wrong = Pool(exits(2), store=server.url.replace("s3cr3t-Pa55", "wrong-Pa55"), namespace="pw")
+        with wrong.lease() as lease:  # serves from local state, and says why
+            pass
+        text = " ".join([repr(pool), repr(wrong), str(pool.snapshot()), str(wrong.snapshot()), str(pool.events()), str(wrong.events())])
+        assert "s3cr3t-Pa55" not in text and "wrong-Pa55" not in text
+        assert "[secure]" in repr(pool)
+        assert any(e["kind"] == "store_unavailable" for e in wrong.events())
+        with pytest.raises(exitpool.InvalidInput) as bad:
+            Pool(exits(1), store="redsi://:s3cr3t-Pa55@host/0")
+        assert "s3cr3t-Pa55" not in str(bad.value)
+    finally:
+        server.stop()
+
+
+def test_unix_socket(redis):
+    pool = Pool(exits(2), store=f"unix://{redis.sock}", namespace="u", max_leases=1)
+    other = Pool(exits(2), store=redis.url, namespace="u", max_leases=1)
+    a, b = pool.acquire(), other.acquire()
+    assert {a.exit_id, b.exit_id} == {"e0", "e1"}
+    assert pool.snapshot()["store"]["online"] is True
+
+
+def test_bad_store_arguments_are_refused():
+    with pytest.raises(exitpool.InvalidInput, match="namespace"):
+        Pool(exits(1), store="memory://x", namespace="")
+    with pytest.raises(exitpool.InvalidInput, match="store"):
+        Pool(exits(1), store="ftp://host")
