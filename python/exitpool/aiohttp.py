@@ -1,0 +1,382 @@
+"""aiohttp through leased exits: request arguments for a lease, and a session that leases,
+sends and reports by itself.
+
+Usage::
+
+    from exitpool.aiohttp import ExitSession
+    async with ExitSession(pool, timeout=aiohttp.ClientTimeout(total=20)) as http:
+        async with http.get("https://shop.example/cart", key="account-3f9") as r:
+            html = await r.text()
+
+Credentials go the way aiohttp no longer deprecates: ``proxy=`` a URL without them, and the
+``Proxy-Authorization`` header in ``proxy_headers`` (``proxy_auth=`` warns since aiohttp 3.14, and
+credentials inside the URL can end up in an ``InvalidURL`` message). aiohttp sends ``proxy_headers``
+only on the ``CONNECT`` that opens a tunnel to an ``https://`` target; for a plain ``http://``
+target the request itself goes to the proxy and aiohttp does not copy them onto it
+(aio-libs/aiohttp#4422), so there the header rides on the request, which only the proxy reads.
+It never rides on a request inside a tunnel, where the target would read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import time
+from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Tuple, Union
+
+try:
+    import aiohttp
+except ImportError as _e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("exitpool.aiohttp needs aiohttp: pip install 'exitpool[aiohttp]'") from _e
+from multidict import CIMultiDict
+from yarl import URL
+
+from exitpool._clients import _retry_after
+from exitpool._core import Exit, Lease, Pool
+from exitpool._errors import InvalidInput
+
+__all__ = ["ExitSession", "report", "request_kwargs"]
+
+_AUTH = "Proxy-Authorization"
+_TUNNELLED = ("https", "wss")
+_HAS_MIDDLEWARES = "middlewares" in inspect.signature(aiohttp.ClientSession.__init__).parameters
+_UNSET: Any = object()
+
+CaptchaHook = Callable[[aiohttp.ClientResponse], Union[bool, Awaitable[bool]]]
+
+
+def _exit_of(lease: Union[Lease, Exit]) -> Exit:
+    exit = getattr(lease, "exit", lease)
+    if not isinstance(exit, Exit):
+        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
+    return exit
+
+
+def _proxy_parts(exit: Exit) -> Tuple[str, Optional[str]]:
+    """The proxy URL without credentials, and the ``Proxy-Authorization`` value (or None)."""
+    if exit.scheme not in ("http", "https"):
+        raise InvalidInput(
+            f"exitpool.aiohttp: exit {exit.exit_id!r} is a {exit.scheme} proxy; aiohttp speaks to "
+            "http and https proxies only (for socks, see the aiohttp-socks package)"
+        )
+    host = exit.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    url = f"{exit.scheme}://{host}:{exit.port}"
+    if exit.username is None and exit.password is None:
+        return url, None
+    token = base64.b64encode(f"{exit.username or ''}:{exit.password or ''}".encode("utf-8")).decode("ascii")
+    return url, f"Basic {token}"
+
+
+def _tunnelled(url: Union[str, URL]) -> bool:
+    u = URL(url) if not isinstance(url, URL) else url
+    if not u.is_absolute() or not u.scheme:
+        raise InvalidInput(
+            "exitpool.aiohttp: an absolute URL is needed to tell a tunnelled (https) request "
+            "from a plain-http one"
+        )
+    return u.scheme.lower() in _TUNNELLED
+
+
+def request_kwargs(
+    lease: Union[Lease, Exit],
+    url: Union[str, URL],
+    *,
+    headers: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Any]:
+    """Keyword arguments that send one aiohttp request through the lease's exit:
+    ``session.get(url, **request_kwargs(lease, url, headers=my_headers))``.
+
+    They hold ``proxy`` (no credentials), ``proxy_headers`` carrying ``Proxy-Authorization``,
+    and ``headers`` (yours, plus ``Proxy-Authorization`` for a plain-http ``url``, which aiohttp
+    sends to the proxy itself). aiohttp drops that header on a redirect to another host, so with
+    plain-http targets that redirect across hosts, use :class:`ExitSession` (or
+    ``allow_redirects=False``). An explicit ``proxy=`` also makes aiohttp ignore ``HTTP_PROXY``
+    and ``NO_PROXY`` even with ``trust_env=True``."""
+    proxy, auth = _proxy_parts(_exit_of(lease))
+    out: Dict[str, Any] = {"proxy": proxy}
+    merged: Optional[CIMultiDict] = CIMultiDict(headers) if headers is not None else None
+    if auth is not None:
+        out["proxy_headers"] = {_AUTH: auth}
+        if not _tunnelled(url):
+            merged = merged if merged is not None else CIMultiDict()
+            merged[_AUTH] = auth
+    if merged is not None:
+        out["headers"] = merged
+    return out
+
+
+def report(
+    lease: Lease,
+    response: aiohttp.ClientResponse,
+    *,
+    captcha: bool = False,
+    latency: Optional[float] = None,
+) -> None:
+    """Record a response on the lease: its status, ``captcha``, ``latency`` (seconds, yours to
+    measure: aiohttp's response has no elapsed time) and, on a 429 or 503, its
+    ``Retry-After``."""
+    kwargs: Dict[str, Any] = {"status": response.status, "captcha": bool(captcha)}
+    if latency is not None:
+        kwargs["latency"] = latency
+    if response.status in (429, 503):
+        retry_after = _retry_after(response.headers.get("Retry-After"))
+        if retry_after is not None:
+            kwargs["retry_after"] = retry_after
+    lease.report(**kwargs)
+
+
+async def _plain_http_proxy_auth(req: Any, handler: Any) -> Any:
+    # A client middleware runs for every hop, redirects included: it gives each plain-http hop
+    # the Proxy-Authorization that aiohttp only puts on CONNECTs (aio-libs/aiohttp#4422).
+    if req.proxy is not None and not req.is_ssl() and req.proxy_headers is not None:
+        auth = req.proxy_headers.get(_AUTH)
+        if auth is not None:
+            req.headers[_AUTH] = auth
+    return await handler(req)
+
+
+def _transport_failure(exc: BaseException) -> bool:
+    """Failures the lease itself classifies (timeout, connection, proxy, broken body)."""
+    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
+
+
+def _site(url: URL) -> str:
+    host = (url.host or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    if url.port is not None and not url.is_default_port():
+        return f"{host}:{url.port}"
+    return host
+
+
+class _LeasedRequest:
+    """One request of an :class:`ExitSession`: ``async with`` it for the response (the lease
+    lives until the block ends), or ``await`` it for a response whose body is already read.
+    ``lease`` is the lease once the request is under way."""
+
+    def __init__(
+        self,
+        owner: "ExitSession",
+        method: str,
+        url: URL,
+        key: Optional[str],
+        site: Optional[str],
+        timeout: Optional[float],
+        kwargs: Dict[str, Any],
+    ) -> None:
+        self._owner = owner
+        self._method = method
+        self._url = url
+        self._key = key
+        self._site = site
+        self._timeout = timeout
+        self._kwargs = kwargs
+        self.lease: Optional[Lease] = None
+        self._response: Optional[aiohttp.ClientResponse] = None
+        self._latency = 0.0
+
+    def __repr__(self) -> str:
+        exit_id = self.lease.exit_id if self.lease is not None else None
+        url = self._url.with_query(None)
+        if url.is_absolute():
+            url = url.with_user(None)
+        return f"<exitpool.aiohttp request {self._method} {url} key={self._key!r} exit={exit_id!r}>"
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        if self.lease is not None or self._response is not None:
+            raise RuntimeError("a request of an ExitSession is sent once")
+        owner = self._owner
+        session = owner._open()
+        lease = owner._pool.lease(self._key, site=self._site, timeout=self._timeout)
+        await lease.__aenter__()
+        self.lease = lease
+        try:
+            kwargs = owner._request_kwargs(lease, self._url, self._kwargs)
+            started = time.perf_counter()
+            response = await session.request(self._method, self._url, **kwargs)
+            self._latency = time.perf_counter() - started
+        except BaseException as e:
+            await lease.__aexit__(type(e), e, e.__traceback__)
+            raise
+        self._response = response
+        return response
+
+    async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        lease, response = self.lease, self._response
+        assert lease is not None and response is not None
+        hook_error: Optional[BaseException] = None
+        try:
+            if exc is None or not _transport_failure(exc):
+                # The exit delivered a response; an error in the caller's own code is not its
+                # fault, so the status is what counts.
+                captcha = False
+                hook = self._owner._captcha
+                if hook is not None and exc is None:
+                    try:
+                        verdict = hook(response)
+                        if inspect.isawaitable(verdict):
+                            verdict = await verdict
+                        captcha = bool(verdict)
+                    except Exception as e:  # reported below, after the lease has ended
+                        hook_error = e
+                report(lease, response, captcha=captcha, latency=self._latency)
+        finally:
+            response.release()
+            await lease.__aexit__(exc_type, exc, tb)
+        if hook_error is not None:
+            raise hook_error
+
+    async def _fetch(self) -> aiohttp.ClientResponse:
+        async with self as response:
+            await response.read()
+        return response
+
+    def __await__(self) -> Generator[Any, None, aiohttp.ClientResponse]:
+        return self._fetch().__await__()
+
+
+class ExitSession:
+    """An ``aiohttp.ClientSession`` whose requests lease an exit from ``pool``, go through it
+    and report their outcome: ``http.get(url, key="account-3f9")``.
+
+    Each request takes ``key`` (the account; ``None`` for a keyless task), ``site`` (default: the
+    URL's host, with its port when not the scheme's default; ``None``: unscoped) and ``lease_timeout`` (how long to
+    wait for a free exit; default the session's), and otherwise aiohttp's own arguments
+    (``headers``, ``params``, ``json``, ``timeout``, ...). The outcome reported is the status,
+    the latency until the response headers, ``Retry-After`` on a 429 or 503, and, when a
+    ``captcha`` hook is given (a function or coroutine function of the response, called when the
+    block ends cleanly; the body can still be read), whether the page was a captcha. A
+    connection, proxy or timeout error leaves the block as it is and is recorded by the lease as
+    a failure of the exit; any other exception in your block still counts the response's status.
+    Lease refusals (``NoExitAvailable``, ``SessionExitLost``, ``Cooling``, ``WarmingUp``)
+    propagate: a sticky account is never moved silently.
+
+    ``session_options`` go to ``aiohttp.ClientSession`` (``timeout``, ``headers``,
+    ``connector``, ``base_url``, ...). Unless you pass ``cookie_jar``, cookies are not kept: one
+    session serves every account, and a shared jar would link them at the site. ``proxy`` and
+    ``proxy_auth`` raise ``TypeError``.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        captcha: Optional[CaptchaHook] = None,
+        lease_timeout: Optional[float] = None,
+        **session_options: Any,
+    ) -> None:
+        bad = sorted(k for k in ("proxy", "proxy_auth") if k in session_options)
+        if bad:
+            raise TypeError(f"ExitSession: {', '.join(bad)} cannot be set: each request leaves by its lease's exit")
+        if captcha is not None and not callable(captcha):
+            raise TypeError("ExitSession: captcha must be a function of the response")
+        self._pool = pool
+        self._captcha = captcha
+        self._lease_timeout = lease_timeout
+        self._options = dict(session_options)
+        self._options.setdefault("cookie_jar", None)
+        base_url = self._options.get("base_url")
+        self._base_url = URL(base_url) if base_url is not None else None
+        if _HAS_MIDDLEWARES:
+            self._options["middlewares"] = tuple(self._options.get("middlewares") or ()) + (_plain_http_proxy_auth,)
+        self._session: Optional[aiohttp.ClientSession] = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("open" if self._session is not None else "new")
+        return f"<exitpool.aiohttp.ExitSession {state}>"
+
+    @property
+    def session(self) -> Optional[aiohttp.ClientSession]:
+        """The underlying ``aiohttp.ClientSession`` (None until the first request or
+        ``async with``)."""
+        return self._session
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RuntimeError("this ExitSession is closed")
+        if self._session is None:
+            options = dict(self._options)
+            if options.get("cookie_jar") is None:
+                options["cookie_jar"] = aiohttp.DummyCookieJar()
+            self._session = aiohttp.ClientSession(**options)
+        return self._session
+
+    def _request_kwargs(self, lease: Lease, url: URL, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        out = dict(kwargs)
+        if _HAS_MIDDLEWARES:
+            proxy, auth = _proxy_parts(_exit_of(lease))
+            out["proxy"] = proxy
+            if auth is not None:
+                out["proxy_headers"] = {_AUTH: auth}
+            if out.get("middlewares") is not None:  # per-request middlewares replace the session's
+                out["middlewares"] = tuple(out["middlewares"]) + (_plain_http_proxy_auth,)
+        else:  # pragma: no cover - aiohttp before 3.12
+            out.update(request_kwargs(lease, url, headers=out.pop("headers", None)))
+        return out
+
+    def request(
+        self,
+        method: str,
+        url: Union[str, URL],
+        *,
+        key: Optional[str] = None,
+        site: Optional[str] = _UNSET,
+        lease_timeout: Optional[float] = _UNSET,
+        **kwargs: Any,
+    ) -> _LeasedRequest:
+        """Lease an exit for ``key``, send the request through it, report the outcome."""
+        bad = sorted(k for k in ("proxy", "proxy_auth", "proxy_headers") if k in kwargs)
+        if bad:
+            raise TypeError(f"ExitSession: {', '.join(bad)} cannot be set: the request leaves by its lease's exit")
+        u = URL(url) if not isinstance(url, URL) else url
+        full = self._base_url.join(u) if self._base_url is not None and not u.is_absolute() else u
+        if not full.is_absolute():
+            raise InvalidInput("ExitSession: a relative URL needs the session's base_url")
+        if site is _UNSET:
+            site = _site(full)
+        timeout = self._lease_timeout if lease_timeout is _UNSET else lease_timeout
+        return _LeasedRequest(self, method, u, key, site, timeout, kwargs)
+
+    def get(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("POST", url, **kwargs)
+
+    def put(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("PUT", url, **kwargs)
+
+    def patch(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("PATCH", url, **kwargs)
+
+    def delete(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("DELETE", url, **kwargs)
+
+    def head(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        kwargs.setdefault("allow_redirects", False)  # as aiohttp's own head()
+        return self.request("HEAD", url, **kwargs)
+
+    def options(self, url: Union[str, URL], **kwargs: Any) -> _LeasedRequest:
+        return self.request("OPTIONS", url, **kwargs)
+
+    async def close(self) -> None:
+        """Close the underlying session and its connections."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> "ExitSession":
+        self._open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

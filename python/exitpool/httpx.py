@@ -1,0 +1,277 @@
+"""httpx through leased exits: one connection pool per exit, reused by every lease of that exit.
+
+Usage::
+
+    from exitpool.httpx import Clients, report
+    with Clients(timeout=20) as clients:
+        with pool.lease("account-3f9", site="shop.example") as lease:
+            r = clients.client(lease).get("https://shop.example/cart")
+            report(lease, r)
+
+An httpx transport holds the connection pool, so building one per request (``httpx.get(url,
+proxy=lease.proxy)``) pays a TCP and TLS handshake through the proxy every time, and a client per
+lease that is never closed leaks its sockets. :class:`Clients` (and :class:`AsyncClients`) keep
+one transport, and one client on it, per exit for as long as the cache lives, and close them all
+with it.
+
+Every transport is built with the exit's proxy (httpx's ``Proxy``: the credentials travel in
+``Proxy-Authorization``, to the proxy only) and every client with ``trust_env=False``, so
+``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` never route a request elsewhere.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import httpx
+
+from exitpool._clients import _retry_after
+from exitpool._core import Exit, Lease
+
+__all__ = ["AsyncClients", "Clients", "report"]
+
+# Options of httpx.Client that would let a request leave by another way than the exit.
+_FORBIDDEN = ("proxy", "proxies", "mounts", "transport", "app", "trust_env")
+# Options that belong to the transport: a client given a transport ignores them.
+_TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "retries", "local_address", "socket_options")
+
+
+def _exit_of(lease: Union[Lease, Exit]) -> Exit:
+    exit = getattr(lease, "exit", lease)
+    if not isinstance(exit, Exit):
+        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
+    return exit
+
+
+def _split(options: Dict[str, Any], owner: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    bad = sorted(k for k in options if k in _FORBIDDEN)
+    if bad:
+        raise TypeError(
+            f"{owner}: {', '.join(bad)} cannot be set: every request leaves by its lease's exit "
+            "(use transport() to build your own client on an exit's transport)"
+        )
+    transport = {k: v for k, v in options.items() if k in _TRANSPORT_OPTIONS}
+    client = {k: v for k, v in options.items() if k not in _TRANSPORT_OPTIONS}
+    if "cookies" not in client:
+        # One client serves every account leased on its exit: a shared cookie jar would carry
+        # one account's cookies into another's requests, and link them at the site.
+        client["cookies"] = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    client["trust_env"] = False
+    return transport, client
+
+
+class _Shared(httpx.BaseTransport):
+    """An exit's transport as clients see it: closing a client leaves the cache's pool open."""
+
+    def __init__(self, inner: httpx.HTTPTransport, exit: Exit) -> None:
+        self._inner = inner
+        self._label = f"exit={exit.exit_id!r} via {exit.masked_proxy}"
+
+    def __repr__(self) -> str:
+        return f"<exitpool.httpx transport {self._label}>"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        pass
+
+
+class _AsyncShared(httpx.AsyncBaseTransport):
+    """The async twin of :class:`_Shared`."""
+
+    def __init__(self, inner: httpx.AsyncHTTPTransport, exit: Exit) -> None:
+        self._inner = inner
+        self._label = f"exit={exit.exit_id!r} via {exit.masked_proxy}"
+
+    def __repr__(self) -> str:
+        return f"<exitpool.httpx async transport {self._label}>"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Entry:
+    __slots__ = ("proxy", "inner", "shared", "client")
+
+    def __init__(self, proxy: str, inner: Any, shared: Any) -> None:
+        self.proxy = proxy  # compared, never shown
+        self.inner = inner
+        self.shared = shared
+        self.client: Any = None
+
+
+class _Cache:
+    _async = False
+
+    def __init__(self, **options: Any) -> None:
+        name = type(self).__name__
+        self._transport_options, self._client_options = _split(dict(options), name)
+        self._entries: Dict[str, _Entry] = {}
+        self._retired: List[_Entry] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<exitpool.httpx.{type(self).__name__} {len(self._entries)} exit(s) {state}>"
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _entry(self, lease: Union[Lease, Exit]) -> _Entry:
+        exit = _exit_of(lease)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"this {type(self).__name__} is closed")
+            entry = self._entries.get(exit.exit_id)
+            if entry is not None and entry.proxy == exit.proxy:
+                return entry
+            if entry is not None:
+                # Same exit id, new credentials: a fresh pool, so no connection authenticated
+                # with the old ones is reused. The old pool may still be busy in another task;
+                # it is closed with the cache.
+                self._retired.append(entry)
+            proxy = httpx.Proxy(exit.proxy)
+            if self._async:
+                inner: Any = httpx.AsyncHTTPTransport(proxy=proxy, **self._transport_options)
+                shared: Any = _AsyncShared(inner, exit)
+            else:
+                inner = httpx.HTTPTransport(proxy=proxy, **self._transport_options)
+                shared = _Shared(inner, exit)
+            entry = _Entry(exit.proxy, inner, shared)
+            self._entries[exit.exit_id] = entry
+            return entry
+
+    def _client(self, lease: Union[Lease, Exit], cls: Any) -> Any:
+        entry = self._entry(lease)
+        with self._lock:
+            if entry.client is None:
+                entry.client = cls(transport=entry.shared, **self._client_options)
+            return entry.client
+
+    def _take_all(self) -> List[_Entry]:
+        with self._lock:
+            self._closed = True
+            entries = list(self._entries.values()) + self._retired
+            self._entries = {}
+            self._retired = []
+        return entries
+
+
+class Clients(_Cache):
+    """One ``httpx.Client`` per exit, created on first use and reused by every lease of that
+    exit; closing the cache (``with Clients() as clients:`` or :meth:`close`) closes them all.
+
+    ``options`` are ``httpx.Client``'s (``timeout``, ``headers``, ``follow_redirects``,
+    ``event_hooks``, ``base_url``, ...) and its transport's (``verify``, ``cert``, ``http1``,
+    ``http2``, ``limits``, ``retries``, ``local_address``, ``socket_options``: passed to each
+    exit's ``httpx.HTTPTransport``). ``proxy``, ``proxies``, ``mounts``, ``transport``, ``app``
+    and ``trust_env`` raise ``TypeError``: the exit is the only way out.
+
+    The per-exit client keeps no cookies unless given ``cookies=`` (it is shared by every
+    account leased on that exit). For a client of your own per account, with its cookies, build
+    ``httpx.Client(transport=clients.transport(lease))``: it shares the exit's connection pool,
+    and closing it leaves the pool to the cache. Thread-safe.
+    """
+
+    _async = False
+
+    def client(self, lease: Union[Lease, Exit]) -> httpx.Client:
+        """The client of the lease's exit (a :class:`exitpool.Lease` or an :class:`exitpool.Exit`).
+        An exit whose proxy URL changed (new credentials) gets a new client."""
+        return self._client(lease, httpx.Client)
+
+    def transport(self, lease: Union[Lease, Exit]) -> httpx.BaseTransport:
+        """The exit's transport, for ``httpx.Client(transport=...)``; the cache closes it."""
+        return self._entry(lease).shared
+
+    def close(self) -> None:
+        """Close every client and connection pool; using the cache afterwards raises."""
+        errors: List[BaseException] = []
+        for entry in self._take_all():
+            for close in (entry.client.close if entry.client is not None else None, entry.inner.close):
+                if close is None:
+                    continue
+                try:
+                    close()
+                except Exception as e:  # close the others anyway
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "Clients":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class AsyncClients(_Cache):
+    """The async twin of :class:`Clients`: one ``httpx.AsyncClient`` per exit;
+    ``async with AsyncClients() as clients:`` or ``await clients.aclose()``. Same options."""
+
+    _async = True
+
+    def client(self, lease: Union[Lease, Exit]) -> httpx.AsyncClient:
+        """The async client of the lease's exit."""
+        return self._client(lease, httpx.AsyncClient)
+
+    def transport(self, lease: Union[Lease, Exit]) -> httpx.AsyncBaseTransport:
+        """The exit's async transport, for ``httpx.AsyncClient(transport=...)``."""
+        return self._entry(lease).shared
+
+    async def aclose(self) -> None:
+        """Close every client and connection pool; using the cache afterwards raises."""
+        errors: List[BaseException] = []
+        for entry in self._take_all():
+            for close in (entry.client.aclose if entry.client is not None else None, entry.inner.aclose):
+                if close is None:
+                    continue
+                try:
+                    await close()
+                except Exception as e:  # close the others anyway
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+
+    async def __aenter__(self) -> "AsyncClients":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+def report(
+    lease: Lease,
+    outcome: Union[httpx.Response, BaseException],
+    *,
+    captcha: Union[bool, Callable[[httpx.Response], bool]] = False,
+) -> None:
+    """Record a request's outcome on the lease: a response's status, its latency
+    (``r.elapsed``, once the response is read or closed) and, on a 429 or 503, its
+    ``Retry-After``; or an exception caught inside the block. ``captcha`` is a flag or a
+    function of the response. An exception that leaves the lease block needs no call."""
+    if isinstance(outcome, BaseException):
+        lease.report(error=outcome)
+        return
+    is_captcha = bool(captcha(outcome)) if callable(captcha) else bool(captcha)
+    kwargs: Dict[str, Any] = {"status": outcome.status_code, "captcha": is_captcha}
+    try:
+        kwargs["latency"] = max(0.0, outcome.elapsed.total_seconds())
+    except (AttributeError, RuntimeError):  # a streamed response not read yet
+        pass
+    if outcome.status_code in (429, 503):
+        retry_after = _retry_after(outcome.headers.get("Retry-After"))
+        if retry_after is not None:
+            kwargs["retry_after"] = retry_after
+    lease.report(**kwargs)

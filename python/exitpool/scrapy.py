@@ -1,0 +1,539 @@
+"""Scrapy integration: sticky exits and exit health for a Scrapy project, by settings alone.
+
+``settings.py``::
+
+    DOWNLOADER_MIDDLEWARES = {"exitpool.scrapy.ExitPoolMiddleware": 610}
+    EXITPOOL_PROXY_LIST_PATH = "proxies.txt"        # or EXITPOOL_PROXY_LIST = [...]
+    EXITPOOL_POOL_OPTIONS = {"strategy": "weighted", "max_leases": 4}
+
+and ``yield scrapy.Request(url, meta={"exitpool_key": "account-3f9"})`` for a request that must
+leave from its account's exit. Every other request is keyless and spread by the pool.
+
+Per request the middleware leases an exit for the request's host (the pool's ``site``), points
+``meta["proxy"]`` at the exit's URL *without* credentials, sets ``Proxy-Authorization`` itself
+(so one exit's credentials can never ride along to another exit), and puts the request in a
+download slot of its own exit, so Scrapy's per-slot concurrency and delays apply per exit.
+Every response and download error is reported to the pool; a banned keyless page is tried
+again on another exit. See the README's Scrapy section for every setting.
+
+The priority must be below 750, where Scrapy's ``HttpProxyMiddleware`` runs: that middleware
+must see the proxy this one chose, or it may apply environment proxies first.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import logging
+import math
+import re
+import sys
+import time
+from typing import Any, Dict, Iterable, List, Optional
+
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Request, Response, TextResponse
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+
+from . import Pool, load_exits
+from ._clients import _retry_after as _header_retry_after
+from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
+from ._outcome import _classify
+
+__all__ = ["BanPolicy", "ExitPoolMiddleware"]
+
+logger = logging.getLogger("exitpool.scrapy")
+
+# Our bookkeeping in request.meta: a dict replaced (never mutated) on every attempt, because
+# request.copy() shares nested values between a request and its retries.
+_STATE = "_exitpool"
+# Public meta keys: which exit served the response, how often the page was moved after a ban,
+# and the ban policy's verdict on the response.
+_EXIT = "exitpool_exit"
+_RETRIES = "exitpool_retries"
+_BAN = "exitpool_ban"
+
+_BLOCK_STATUSES = frozenset({403, 407, 451})
+_SCHEMES = ("http", "https")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# Download errors as the pool's health sees them: (module, class, kind), checked in order.
+# Timeouts come first: Twisted's TCPTimedOutError is also a ConnectError. Recent Scrapy wraps
+# Twisted's errors in its own classes; older versions raise Twisted's. Only modules already
+# imported are looked at.
+_ERROR_KINDS = (
+    ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
+    ("twisted.internet.error", "TimeoutError", "timeout"),
+    ("twisted.internet.error", "TCPTimedOutError", "timeout"),
+    ("scrapy.exceptions", "IgnoreRequest", "other"),
+    ("scrapy.exceptions", "DownloadCancelledError", "other"),
+    ("scrapy.core.downloader.handlers.http11", "TunnelError", "proxy"),
+    ("scrapy.exceptions", "DownloadConnectionRefusedError", "connect"),
+    ("scrapy.exceptions", "CannotResolveHostError", "connect"),
+    ("scrapy.exceptions", "DownloadFailedError", "connect"),
+    ("scrapy.exceptions", "ResponseDataLossError", "connect"),
+    ("twisted.internet.error", "ConnectError", "connect"),
+    ("twisted.internet.error", "ConnectionLost", "connect"),
+    ("twisted.internet.error", "ConnectionDone", "connect"),
+    ("twisted.web._newclient", "ResponseNeverReceived", "connect"),
+    ("twisted.web._newclient", "ResponseFailed", "connect"),
+    ("twisted.web._newclient", "RequestTransmissionFailed", "connect"),
+)
+
+
+def _error_kind(exc: BaseException) -> str:
+    """'timeout', 'connect', 'proxy' or 'other': the pool's error classes for a download
+    error, Twisted's and Scrapy's included (the core's own classifier knows the standard
+    library, requests, httpx and aiohttp, not Twisted)."""
+    for module, name, kind in _ERROR_KINDS:
+        mod = sys.modules.get(module)
+        cls = getattr(mod, name, None) if mod is not None else None
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return kind
+    return _classify(exc)
+
+
+def _site(request: Request) -> str:
+    """The request's host as its Host header names it: the pool scopes health to it."""
+    parsed = urlparse_cached(request)
+    host = (parsed.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parsed.port
+    except ValueError:
+        port = None
+    if port is not None and port != _DEFAULT_PORTS.get(parsed.scheme):
+        return f"{host}:{port}"
+    return host
+
+
+def _retry_after(response: Response) -> Optional[float]:
+    value = response.headers.get(b"Retry-After")
+    return _header_retry_after(value.decode("latin-1") if value else None)
+
+
+async def _sleep(seconds: float) -> None:
+    """Sleep on the reactor, whether Scrapy runs coroutines on Twisted or on asyncio."""
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    d = deferLater(reactor, seconds, lambda: None)  # type: ignore[arg-type]
+    try:
+        from scrapy.utils.defer import maybe_deferred_to_future
+    except ImportError:  # pragma: no cover - Scrapy < 2.6
+        await d
+    else:
+        await maybe_deferred_to_future(d)
+
+
+class BanPolicy:
+    """The default ban rules; subclass it and name the subclass in ``EXITPOOL_BAN_POLICY``, or
+    give the spider ``response_is_ban(request, response)`` / ``exception_is_ban(request,
+    exception)`` methods, which win over the policy.
+
+    A verdict is ``True`` (a ban: the exit is at fault, a keyless page moves to another exit),
+    ``False`` (not a ban: a 403, 407 or 451 then counts as a success for the exit) or ``None``
+    (no opinion: the outcome is recorded from the status or error alone, and nothing moves).
+    """
+
+    #: Statuses that mean the site refuses this exit (429: it is going too fast).
+    ban_statuses = frozenset({403, 407, 429, 451})
+    #: How much of a 2xx text body is searched for ``captcha``.
+    captcha_scan = 16 * 1024
+    _captcha = re.compile(rb"captcha", re.IGNORECASE)
+
+    def response_is_ban(self, request: Request, response: Response) -> Optional[bool]:
+        if response.status in self.ban_statuses:
+            return True
+        if any(b"captcha" in name.lower() for name in response.headers):
+            return True
+        # A captcha wall usually comes as a 200 page. Some real pages carry a captcha widget
+        # (a login form): a spider that crawls such pages should override this method.
+        if 200 <= response.status < 300 and isinstance(response, TextResponse):
+            return bool(self._captcha.search(response.body[: self.captcha_scan]))
+        return False
+
+    def exception_is_ban(self, request: Request, exception: BaseException) -> Optional[bool]:
+        # A refused, broken or timed-out tunnel is the exit's fault; anything else says
+        # nothing about it.
+        return True if _error_kind(exception) in ("timeout", "connect", "proxy") else None
+
+
+class ExitPoolMiddleware:
+    """A Scrapy downloader middleware that routes every request through an exit of an
+    :class:`exitpool.Pool`; see the module docstring and the README.
+
+    ``pool`` is the pool (``pool.snapshot()`` for its health and figures); from a spider:
+    ``self.crawler.get_downloader_middleware(ExitPoolMiddleware).pool`` (Scrapy 2.12+).
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        crawler: Any = None,
+        key_meta: str = "exitpool_key",
+        policy: Any = None,
+        ban_retries: int = 3,
+        wait: float = 30.0,
+        auth_encoding: str = "latin-1",
+    ) -> None:
+        unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES)
+        if unsupported:
+            raise InvalidInput(
+                f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}"
+            )
+        if not isinstance(ban_retries, int) or ban_retries < 0:
+            raise InvalidInput(f"EXITPOOL_BAN_RETRIES {ban_retries!r}: need an int >= 0")
+        if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
+            raise InvalidInput(f"EXITPOOL_WAIT {wait!r}: need seconds >= 0")
+        self.pool = pool
+        self.crawler = crawler
+        self.key_meta = key_meta
+        self.policy = policy if policy is not None else BanPolicy()
+        self.ban_retries = ban_retries
+        self.wait = float(wait)
+        self.auth_encoding = auth_encoding or "latin-1"
+        self._leases: Dict[int, Any] = {}
+        self._tokens = itertools.count(1)
+        self._auth: Dict[str, Optional[bytes]] = {}
+        self._closing = False
+
+    # -- construction
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> "ExitPoolMiddleware":
+        s = crawler.settings
+        config = s.get("EXITPOOL_CONFIG")
+        path = s.get("EXITPOOL_PROXY_LIST_PATH")
+        lines = s.get("EXITPOOL_PROXY_LIST")
+        given = [name for name, v in (("EXITPOOL_CONFIG", config), ("EXITPOOL_PROXY_LIST_PATH", path)) if v]
+        if lines:
+            given.append("EXITPOOL_PROXY_LIST")
+        if not given:
+            raise NotConfigured("exitpool: no EXITPOOL_PROXY_LIST, EXITPOOL_PROXY_LIST_PATH or EXITPOOL_CONFIG")
+        if len(given) > 1:
+            raise InvalidInput(f"exitpool: set one of {' and '.join(given)}, not both")
+        options = dict(s.getdict("EXITPOOL_POOL_OPTIONS"))
+        if config:
+            if options:
+                raise InvalidInput("exitpool: with EXITPOOL_CONFIG, put the pool options in the config file")
+            pool = Pool.from_config(config)  # type: ignore[attr-defined]
+        else:
+            exits = load_exits(path if path else _lines(lines))
+            if not exits:
+                raise InvalidInput(f"exitpool: {'EXITPOOL_PROXY_LIST_PATH ' + str(path) if path else 'EXITPOOL_PROXY_LIST'} holds no exit")
+            # A lease is held from the middleware to the response, so it must outlive Scrapy's
+            # own download timeout (180 s by default), or a slow download's lease would expire
+            # and its outcome be lost.
+            options.setdefault("lease_ttl", max(120.0, s.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 60.0))
+            pool = Pool(exits, **options)
+        policy_path = s.get("EXITPOOL_BAN_POLICY")
+        policy = None
+        if policy_path:
+            policy_cls = load_object(policy_path)
+            policy = policy_cls.from_crawler(crawler) if hasattr(policy_cls, "from_crawler") else policy_cls()
+        mw = cls(
+            pool,
+            crawler=crawler,
+            key_meta=s.get("EXITPOOL_KEY_META") or "exitpool_key",
+            policy=policy,
+            ban_retries=s.getint("EXITPOOL_BAN_RETRIES", 3),
+            wait=s.getfloat("EXITPOOL_WAIT", 30.0),
+            auth_encoding=s.get("HTTPPROXY_AUTH_ENCODING") or "latin-1",
+        )
+        crawler.signals.connect(mw._spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(mw._spider_closed, signal=signals.spider_closed)
+        return mw
+
+    # -- the three hooks
+
+    async def process_request(self, request: Request, spider: Any = None) -> None:
+        meta = request.meta
+        state = meta.get(_STATE)
+        if "proxy" in meta and (state is None or meta["proxy"] != state.get("proxy")):
+            # The request chose its own proxy (or none, with None): not ours to route.
+            self._inc("own_proxy")
+            return None
+        state = state or {}
+        stale = self._leases.pop(state.get("token", 0), None)
+        if stale is not None:
+            # The previous attempt never reached process_response or process_exception (a
+            # later middleware answered it): hand its lease back without a verdict.
+            self._release(stale, error="other")
+        key = meta.get(self.key_meta)
+        key = None if key is None or key == "" else str(key)
+        avoid = list(state.get("avoid", ()))
+        lease = await self._lease(request, key, _site(request), avoid)
+        exit = lease.exit
+        proxy = f"{exit.scheme}://{exit.host}:{exit.port}"
+        token = next(self._tokens)
+        self._leases[token] = lease
+        auth = self._auth_header(exit)
+        if auth is None:
+            request.headers.pop(b"Proxy-Authorization", None)
+        else:
+            request.headers[b"Proxy-Authorization"] = auth
+        # HttpProxyMiddleware remembers in _auth_proxy which proxy a Proxy-Authorization
+        # header was for, and deletes the header when the proxy changes: forget the previous
+        # exit so that it adopts this header for this exit instead.
+        meta.pop("_auth_proxy", None)
+        meta["proxy"] = proxy
+        slot = None
+        if meta.get("download_slot") in (None, state.get("slot")):
+            slot = f"exitpool:{exit.exit_id}"
+            meta["download_slot"] = slot
+        meta[_EXIT] = exit.exit_id
+        meta.pop(_BAN, None)
+        meta[_STATE] = {"token": token, "proxy": proxy, "slot": slot, "avoid": avoid}
+        self._inc("leases")
+        return None
+
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Any:
+        lease = self._take(request)
+        if lease is None:
+            return response
+        if "cached" in response.flags:  # HttpCacheMiddleware answered: the exit was not used
+            self._release(lease, error="other")
+            return response
+        verdict = self._verdict(request, response)
+        request.meta[_BAN] = verdict
+        status: Optional[int] = response.status if 100 <= response.status <= 599 else None
+        captcha = False
+        if verdict:
+            captcha = status not in _BLOCK_STATUSES and status != 429
+            self._inc("bans")
+            self._inc(f"bans/status/{response.status}")
+        elif verdict is False and status in _BLOCK_STATUSES:
+            status = None  # the policy says this refusal is the page's, not the exit's
+        self._release(
+            lease,
+            status=status,
+            latency=_latency(request),
+            captcha=captcha,
+            retry_after=_retry_after(response) if response.status == 429 else None,
+        )
+        if verdict:
+            if lease.key is None:
+                retry = self._retry(request, lease.exit_id, f"status {response.status}" + (" (captcha)" if captcha else ""))
+                if retry is not None:
+                    return retry
+            else:
+                # A sticky account never changes exit mid-session: the spider gets the page,
+                # with response.meta["exitpool_ban"] set, and decides.
+                self._inc("bans/keyed")
+                logger.info(
+                    "exitpool: %s banned on exit %s for account %s; not moved (sticky session)",
+                    request,
+                    lease.exit_id,
+                    lease.key,
+                )
+        return response
+
+    def process_exception(self, request: Request, exception: BaseException, spider: Any = None) -> Any:
+        lease = self._take(request)
+        if lease is None:
+            return None
+        kind = _error_kind(exception)
+        verdict = self._exception_verdict(request, exception)
+        self._release(lease, error="other" if verdict is False else kind, latency=_latency(request))
+        self._inc(f"errors/{kind}")
+        if verdict and lease.key is None:
+            return self._retry(request, lease.exit_id, f"{type(exception).__name__}")
+        return None
+
+    # -- leasing
+
+    async def _lease(self, request: Request, key: Optional[str], site: str, avoid: List[str]) -> Any:
+        """A lease now, or after waiting out Cooling, WarmingUp and full exits for up to
+        EXITPOOL_WAIT seconds; IgnoreRequest when none comes."""
+        deadline: Optional[float] = None
+        poll = 0.05
+        lost = 0
+        while True:
+            refusal: Error
+            try:
+                return self._acquire(key, site, avoid)
+            except SessionExitLost as e:
+                lost += 1
+                if key is None or lost > 3:
+                    raise IgnoreRequest(f"exitpool: {e}") from None
+                # The account's exit can no longer serve (removed, quarantined, dead). Moving
+                # it is a session boundary, never a silent teleport: end the session, say so,
+                # and bind afresh.
+                self.pool.end_session(key)
+                self._inc("sessions_lost")
+                logger.warning(
+                    "exitpool: account %s moved at a session boundary: its exit %s can no longer serve %s",
+                    key,
+                    e.exit_id,
+                    site or "this site",
+                )
+                continue
+            except (Cooling, WarmingUp) as e:
+                wait, refusal = max(0.01, float(e.retry_after)), e
+            except NoExitAvailable as e:
+                wait, refusal = poll, e
+                poll = min(poll * 2, 1.0)
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.wait
+            left = deadline - now
+            retry_later = isinstance(refusal, (Cooling, WarmingUp))
+            if self._closing or left <= 0 or (retry_later and wait > left):
+                self._inc("no_exit")
+                logger.warning("exitpool: dropping %s: %s", request, refusal)
+                raise IgnoreRequest(f"exitpool: {refusal}")
+            self._inc("waits")
+            await _sleep(max(0.0, min(wait, left)))
+
+    def _acquire(self, key: Optional[str], site: str, avoid: List[str]) -> Any:
+        """A lease, for a keyless retry on an exit it has not been banned from when the pool
+        has one: the pool picks, and picks again (a full round at most) while it picks an
+        avoided exit. Leases picked and not used go back as ``other``, which health ignores."""
+        lease = self.pool.acquire(key, site=site or None, timeout=0)
+        if key is not None or not avoid or lease.exit_id not in avoid:
+            return lease
+        spare = [lease]
+        chosen = None
+        try:
+            for _ in range(len(self.pool)):
+                try:
+                    again = self.pool.acquire(None, site=site or None, timeout=0)
+                except Error:
+                    break
+                if again.exit_id not in avoid:
+                    chosen = again
+                    break
+                spare.append(again)
+        finally:
+            if chosen is None:
+                chosen = spare.pop(0)  # only avoided exits can serve: the pool's first pick
+            for unused in spare:
+                self._release(unused, error="other")
+        return chosen
+
+    def _take(self, request: Request) -> Any:
+        state = request.meta.get(_STATE)
+        if not state:
+            return None
+        return self._leases.pop(state.get("token", 0), None)
+
+    def _release(self, lease: Any, **outcome: Any) -> None:
+        try:
+            self.pool.release(lease, **outcome)
+        except InvalidInput as e:  # an outcome out of range: end the lease without it
+            logger.debug("exitpool: outcome not recorded for exit %s: %s", lease.exit_id, e)
+            self.pool.release(lease, error="other")
+
+    def _auth_header(self, exit: Any) -> Optional[bytes]:
+        if exit.exit_id not in self._auth:
+            user = exit.username
+            if user is None:
+                self._auth[exit.exit_id] = None
+            else:
+                raw = f"{user}:{exit.password or ''}"
+                try:
+                    data = raw.encode(self.auth_encoding)
+                except (UnicodeEncodeError, LookupError):
+                    data = raw.encode("utf-8")
+                self._auth[exit.exit_id] = b"Basic " + base64.b64encode(data)
+        return self._auth[exit.exit_id]
+
+    # -- bans and retries
+
+    def _verdict(self, request: Request, response: Response) -> Optional[bool]:
+        spider = getattr(self.crawler, "spider", None)
+        judge = getattr(spider, "response_is_ban", None) or self.policy.response_is_ban
+        return judge(request, response)
+
+    def _exception_verdict(self, request: Request, exception: BaseException) -> Optional[bool]:
+        spider = getattr(self.crawler, "spider", None)
+        judge = getattr(spider, "exception_is_ban", None) or self.policy.exception_is_ban
+        return judge(request, exception)
+
+    def _retry(self, request: Request, exit_id: str, reason: str) -> Optional[Request]:
+        """A copy of a banned keyless request for another exit, or None when its retries are
+        spent or it has been banned from every exit."""
+        retries = int(request.meta.get(_RETRIES, 0))
+        state = request.meta.get(_STATE) or {}
+        avoid = list(dict.fromkeys([*state.get("avoid", ()), exit_id]))
+        if retries >= self.ban_retries or len(avoid) >= len(self.pool):
+            self._inc("retries/gave_up")
+            logger.info(
+                "exitpool: gave up moving %s after %d retries (%s on exit %s)",
+                request,
+                retries,
+                reason,
+                exit_id,
+            )
+            return None
+        retry = request.replace(dont_filter=True)
+        meta = retry.meta
+        meta[_RETRIES] = retries + 1
+        meta[_STATE] = {"avoid": avoid}
+        meta.pop("proxy", None)
+        meta.pop("_auth_proxy", None)
+        meta.pop(_BAN, None)
+        meta.pop(_EXIT, None)
+        if state.get("slot") is not None and meta.get("download_slot") == state["slot"]:
+            meta.pop("download_slot", None)
+        retry.headers.pop(b"Proxy-Authorization", None)
+        self._inc("retries")
+        logger.debug(
+            "exitpool: retrying %s on another exit (%s on exit %s; retry %d of %d)",
+            request,
+            reason,
+            exit_id,
+            retries + 1,
+            self.ban_retries,
+        )
+        return retry
+
+    # -- signals and stats
+
+    def _spider_opened(self, spider: Any) -> None:
+        self._closing = False
+        logger.info(
+            "exitpool: %d exits; sticky key from meta[%r]; up to %d ban retries per keyless page",
+            len(self.pool),
+            self.key_meta,
+            self.ban_retries,
+        )
+
+    def _spider_closed(self, spider: Any, reason: str = "") -> None:
+        self._closing = True
+        leases, self._leases = list(self._leases.values()), {}
+        for lease in leases:
+            self._release(lease, error="other")
+        if leases:
+            self._inc("leases_closed", len(leases))
+        stats = getattr(self.crawler, "stats", None)
+        if stats is not None:
+            figures = self.pool.snapshot()["pool"]
+            for state, n in figures["states"].items():
+                stats.set_value(f"exitpool/exits/{state}", n)
+
+    def _inc(self, name: str, n: int = 1) -> None:
+        stats = getattr(self.crawler, "stats", None)
+        if stats is not None:
+            stats.inc_value(f"exitpool/{name}", n)
+
+
+def _latency(request: Request) -> Optional[float]:
+    value = request.meta.get("download_latency")
+    if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _lines(value: Any) -> Iterable[str]:
+    """EXITPOOL_PROXY_LIST as lines: a list, or one string of lines (from ``-s`` or a .env)."""
+    if isinstance(value, str):
+        return value.splitlines()
+    if isinstance(value, bytes):
+        raise InvalidInput("EXITPOOL_PROXY_LIST: give text lines, not bytes")
+    return list(value)

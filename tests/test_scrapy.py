@@ -1,0 +1,468 @@
+"""exitpool.scrapy.ExitPoolMiddleware: real Scrapy crawls of the loopback testbed, each in its
+own process (Twisted's reactor starts once per process), plus in-process checks of the parts a
+crawl cannot isolate (Scrapy's HttpProxyMiddleware handing credentials between exits, error
+classes, configuration)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import HtmlResponse
+from scrapy.utils.test import get_crawler
+
+import exitpool.scrapy as exitpool_scrapy
+from exitpool import Exit, InvalidInput, Pool
+from exitpool.scrapy import BanPolicy, ExitPoolMiddleware
+from exitpool.testbed import Testbed
+
+CRAWL = Path(__file__).parent / "scrapy_fixtures" / "crawl.py"
+CRAWL_TIMEOUT = 45.0
+MW = "exitpool.scrapy.ExitPoolMiddleware"
+
+
+def proxy_lines(tb):
+    return [f"{e.exit_id} {e.proxy} ip={e.ip}" for e in tb.exits]
+
+
+def crawl(tmp_path, tb, plan, settings=None, spider="plan", spider_args=None):
+    """Runs one crawl in a subprocess; returns (records, summary, log). Fails the test if the
+    crawl fails, outlives its bound, or prints any proxy password."""
+    out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}.jsonl"
+    config = {
+        "settings": {
+            "DOWNLOADER_MIDDLEWARES": {MW: 610},
+            "EXITPOOL_PROXY_LIST": proxy_lines(tb),
+            "LOG_LEVEL": "DEBUG",
+            "TELNETCONSOLE_ENABLED": False,
+            "REMOTE_CONTROL_ENABLED": False,
+            "HTTPERROR_ALLOW_ALL": True,  # 403 pages reach the spider, which records them
+            "DOWNLOAD_TIMEOUT": 10,
+            **(settings or {}),
+        },
+        "plan": plan,
+        "out": str(out),
+        "spider": spider,
+        "spider_args": spider_args or {},
+    }
+    path = tmp_path / f"{out.stem}.json"
+    path.write_text(json.dumps(config))
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    done = subprocess.run(
+        [sys.executable, str(CRAWL), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=CRAWL_TIMEOUT,
+        cwd=tmp_path,
+        env=env,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    for p in tb.proxies:
+        assert p.password not in log
+        assert p.auth_header.split()[1] not in log  # nor its base64 form
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and records[-1]["kind"] == "summary", log[-4000:]
+    return records[:-1], records[-1], log
+
+
+def exit_of(tb):
+    return {p.name: p for p in tb.proxies}
+
+
+def get(url, tag, key=None, **meta):
+    spec = {"url": url, "tag": tag, "meta": dict(meta)}
+    if key is not None:
+        spec["meta"]["exitpool_key"] = key
+        spec["headers"] = {"X-Account": key}
+    return spec
+
+
+def assert_auth_matches(tb, records):
+    """The Proxy-Authorization a response went out with belongs to the exit that served it, and
+    no proxy ever saw a wrong or missing one (it answers 407 and counts it)."""
+    proxies = exit_of(tb)
+    for r in records:
+        if r["kind"] == "response" and r["exit"] is not None:
+            p = proxies[r["exit"]]
+            assert r["auth_user"] == p.user
+            assert r["proxy"] == f"http://127.0.0.1:{p.port}"  # no credentials in meta["proxy"]
+            assert r["status"] != 407
+    assert [p.auth_failures for p in tb.proxies] == [0] * len(tb.proxies)
+
+
+# -- real crawls -------------------------------------------------------------------------------
+
+
+def test_requests_go_through_leased_exits_sticky_keys_stay_and_own_proxies_are_left_alone(tmp_path):
+    with Testbed(n_exits=5, rate=1000.0) as tb:
+        ip_of = {e.exit_id: e.ip for e in tb.exits[:4]}
+        own = tb.proxies[4]  # a proxy of the spider's own, outside the pool
+        plan = [
+            [get(f"{tb.site_url}/ip?n={i}", "keyless") for i in range(12)],
+            [get(f"{tb.site_url}/page?a={a}&n={n}", f"acct-{a}", key=f"acct-{a}") for a in range(4) for n in range(4)],
+            [get(f"{tb.site_url}/ip?own", "own", proxy=own.url), get(f"{tb.site_url}/ip?direct", "direct", proxy=None)],
+        ]
+        records, summary, log = crawl(tmp_path, tb, plan, settings={"EXITPOOL_PROXY_LIST": proxy_lines(tb)[:4]})
+        by_tag = {}
+        for r in records:
+            assert r["kind"] == "response" and r["status"] == 200, r
+            by_tag.setdefault(r["tag"], []).append(r)
+
+        keyless = by_tag["keyless"]
+        assert len(keyless) == 12
+        for r in keyless:
+            assert r["ip"] == ip_of[r["exit"]]  # the site saw the leased exit's address
+            assert r["slot"] == f"exitpool:{r['exit']}"
+        assert {r["exit"] for r in keyless} == set(ip_of)  # spread over every exit
+        for a in range(4):
+            rs = by_tag[f"acct-{a}"]
+            assert len(rs) == 4 and len({r["exit"] for r in rs}) == 1  # one exit per account
+            assert tb.site.account_ips(f"acct-{a}") == [ip_of[rs[0]["exit"]]]
+            assert tb.site.teleports(f"acct-{a}") == 0 and tb.site.challenges(f"acct-{a}") == 0
+
+        (mine,) = by_tag["own"]  # its own proxy: no lease, Scrapy's HttpProxyMiddleware did the rest
+        assert mine["exit"] is None and mine["ip"] == own.source_ip and mine["slot"] == "127.0.0.1"
+        (direct,) = by_tag["direct"]  # meta["proxy"] = None: straight to the site
+        assert direct["exit"] is None and direct["ip"] == "127.0.0.1"
+
+        assert_auth_matches(tb, records)
+        # Scrapy's downloader keeps a slot per exit: delays and concurrency apply per exit.
+        assert {f"exitpool:{x}" for x in ip_of} <= set(summary["slots"])
+        stats = summary["stats"]
+        assert stats["exitpool/leases"] == 28 and stats["exitpool/own_proxy"] == 2
+        assert "exitpool/bans" not in stats and summary["active_leases"] == 0
+        assert sum(o["success"] for o in summary["outcomes"].values()) == 28
+        assert own.requests == 1
+
+
+def test_banned_keyless_pages_move_to_another_exit_and_keyed_ones_never_do(tmp_path):
+    with Testbed(n_exits=4, n_sites=2, rate=1000.0) as tb:
+        shop, forum = tb.sites
+        ip_of = {e.exit_id: e.ip for e in tb.exits}
+        burned = tb.proxy("exit-1").source_ip
+        shop.ban(burned)
+        forum.ban(burned)
+        ring = Pool(tb.exits)  # the crawl's pool has the same exits, so the same ring
+        key = next(k for k in (f"acct-{i}" for i in range(200)) if ring.assign(k).exit_id == "exit-1")
+        plan = [
+            [get(f"{shop.url}/page?n={i}", "keyless") for i in range(12)],
+            [get(f"{forum.url}/page?n=1", "keyed", key=key)],
+            [get(f"{forum.url}/page?n=2", "keyed", key=key)],
+            [get(f"{forum.url}/page?n=3", "keyed", key=key)],
+        ]
+        records, summary, log = crawl(tmp_path, tb, plan)
+        keyless = [r for r in records if r["tag"] == "keyless"]
+        assert len(keyless) == 12
+        assert all(r["status"] == 200 and r["exit"] != "exit-1" for r in keyless)
+        banned = shop.statuses(burned).get(403, 0)
+        assert banned >= 1  # the weighted rotation reached the burned exit...
+        moved = [r for r in keyless if r["retries"]]
+        assert len(moved) == banned  # ...and every page it spoiled came back from another exit,
+        assert all(r["retries"] == 1 for r in moved)  # at the first retry
+        assert shop.requests(burned) == banned
+
+        first, second, third = (r for r in records if r["tag"] == "keyed")
+        # A sticky account is never moved by a ban: the spider gets the 403 from its own exit.
+        for r in (first, second):
+            assert (r["status"], r["exit"], r["retries"], r["ban"]) == (403, "exit-1", 0, True)
+        # Two blocks quarantine the exit for the forum: the session ends there, visibly, and the
+        # account starts afresh on another exit.
+        assert third["status"] == 200 and third["exit"] != "exit-1"
+        assert "moved at a session boundary" in log and key in log
+        assert forum.account_ips(key) == [ip_of[third["exit"]]]
+
+        assert_auth_matches(tb, records)
+        stats = summary["stats"]
+        assert stats["exitpool/bans"] == banned + 2
+        assert stats["exitpool/retries"] == banned
+        assert stats["exitpool/bans/keyed"] == 2
+        assert stats["exitpool/sessions_lost"] == 1
+        assert summary["outcomes"]["exit-1"]["block"] == banned + 2
+
+
+def test_a_spider_overrides_the_ban_policy_and_retries_move_credentials_with_the_exit(tmp_path):
+    with Testbed(n_exits=4, rate=1000.0) as tb:
+        ip_of = {e.exit_id: e.ip for e in tb.exits}
+        soft = tb.proxy("exit-0").source_ip  # the spider reads a soft block in its /ip pages
+        tb.site.ban(tb.proxy("exit-2").source_ip)  # 403s the spider says are not bans
+        tb.proxy("exit-3").kill()  # refused: Scrapy's RetryMiddleware retries on the next exit
+        plan = [
+            [get(f"{tb.site_url}/ip?n={i}", "ip") for i in range(8)],
+            [get(f"{tb.site_url}/page?n={i}", "page") for i in range(8)],
+        ]
+        records, summary, log = crawl(
+            tmp_path,
+            tb,
+            plan,
+            settings={"EXITPOOL_POOL_OPTIONS": {"strategy": "round_robin"}, "RETRY_TIMES": 3},
+            spider="override",
+            spider_args={"soft_ban_ip": soft},
+        )
+        assert all(r["kind"] == "response" for r in records), records
+        ips = [r for r in records if r["tag"] == "ip"]
+        assert len(ips) == 8 and all(r["status"] == 200 for r in ips)
+        assert all(r["ip"] == ip_of[r["exit"]] != soft for r in ips)  # soft-banned pages moved
+        stats = summary["stats"]
+        assert stats["exitpool/retries"] >= 1 and summary["outcomes"]["exit-0"]["captcha"] == stats["exitpool/retries"]
+
+        pages = [r for r in records if r["tag"] == "page"]
+        forbidden = [r for r in pages if r["status"] == 403]
+        assert forbidden and all(r["exit"] == "exit-2" and r["retries"] == 0 and r["ban"] is False for r in forbidden)
+        assert summary["outcomes"]["exit-2"]["block"] == 0  # not held against the exit
+
+        # Requests refused by the dead exit were retried by Scrapy's RetryMiddleware on
+        # another exit: the copy carried the dead exit's Proxy-Authorization and Scrapy's
+        # HttpProxyMiddleware bookkeeping for it, and still went out with the new exit's.
+        rescued = [r for r in records if r["retry_times"]]
+        assert rescued and all(r["exit"] != "exit-3" and r["status"] in (200, 403) for r in rescued)
+        assert summary["outcomes"]["exit-3"]["connect"] >= 1 and stats["exitpool/errors/connect"] >= 1
+        assert_auth_matches(tb, records)
+
+
+# The wait sleeps on the reactor: Scrapy's default asyncio one and Twisted's own.
+@pytest.mark.parametrize("reactor", ["twisted.internet.asyncioreactor.AsyncioSelectorReactor", "twisted.internet.selectreactor.SelectReactor"])
+def test_cooling_exits_delay_requests_instead_of_dropping_them(tmp_path, reactor):
+    with Testbed(n_exits=2, rate=1000.0) as tb:
+        path = tmp_path / "proxies.txt"
+        path.write_text("# the exits\n" + "\n".join(proxy_lines(tb)) + "\n")
+        plan = [[get(f"{tb.site_url}/ip?n={i}", "ip") for i in range(6)]]
+        records, summary, log = crawl(
+            tmp_path,
+            tb,
+            plan,
+            settings={
+                "EXITPOOL_PROXY_LIST": None,
+                "EXITPOOL_PROXY_LIST_PATH": str(path),
+                "EXITPOOL_POOL_OPTIONS": {"strategy": "lru", "cooldown": 0.2},
+                "TWISTED_REACTOR": reactor,
+            },
+        )
+        assert len(records) == 6 and all(r["kind"] == "response" and r["status"] == 200 for r in records)
+        assert {r["exit"] for r in records} == {"exit-0", "exit-1"}
+        stats = summary["stats"]
+        assert stats["exitpool/waits"] >= 1 and "exitpool/no_exit" not in stats
+        assert_auth_matches(tb, records)
+
+
+# -- in process: the parts a crawl cannot isolate ----------------------------------------------
+
+
+def middleware(settings=None, spidercls=None):
+    settings = {
+        "EXITPOOL_PROXY_LIST": [
+            "exit-a http://alice:pw-a@127.0.0.1:9001",
+            "exit-b http://bob:pw-b@127.0.0.1:9002",
+            "exit-c 127.0.0.1:9003",  # no credentials at all
+        ],
+        "EXITPOOL_POOL_OPTIONS": {"strategy": "round_robin"},
+        **(settings or {}),
+    }
+    crawler = get_crawler(spidercls, settings)
+    return ExitPoolMiddleware.from_crawler(crawler), crawler
+
+
+def basic(user, password):
+    return b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def response(request, status=200, body=b"<html>ok</html>", headers=None):
+    return HtmlResponse(request.url, status=status, body=body, headers=headers, request=request)
+
+
+def test_scrapy_httpproxymiddleware_keeps_each_exits_own_credentials():
+    mw, crawler = middleware()
+    httpproxy = HttpProxyMiddleware.from_crawler(crawler)
+    expected = {"exit-a": basic("alice", "pw-a"), "exit-b": basic("bob", "pw-b"), "exit-c": None}
+
+    request = Request("http://shop.example/p/1")
+    seen = []
+    for attempt in range(4):  # round_robin: a, b, c, a; each retry copy comes back through both
+        run(mw.process_request(request))
+        httpproxy.process_request(request)
+        exit_id = request.meta["exitpool_exit"]
+        seen.append(exit_id)
+        assert request.meta["proxy"] == f"http://127.0.0.1:{9001 + 'abc'.index(exit_id[-1])}"
+        assert request.headers.get(b"Proxy-Authorization") == expected[exit_id]
+        # a 503 is no ban: the lease ends and RetryMiddleware sends a copy of the request
+        assert mw.process_response(request, response(request, 503)) is not None
+        request = request.copy()
+    assert seen == ["exit-a", "exit-b", "exit-c", "exit-a"]
+
+    # Without our hand-over, Scrapy deletes a header set for one proxy once the proxy changes:
+    # the case the middleware guards against (Scrapy >= 2.7.1).
+    stale = Request("http://shop.example/p/2", meta={"proxy": "http://127.0.0.1:9002", "_auth_proxy": "http://127.0.0.1:9001"})
+    stale.headers[b"Proxy-Authorization"] = expected["exit-b"]
+    httpproxy.process_request(stale)
+    assert b"Proxy-Authorization" not in stale.headers
+
+
+def test_a_ban_retry_carries_nothing_of_the_banned_exit():
+    mw, crawler = middleware()
+    request = Request("http://shop.example/p/1")
+    run(mw.process_request(request))
+    assert request.meta["exitpool_exit"] == "exit-a"
+    retry = mw.process_response(request, response(request, 403))
+    assert isinstance(retry, Request) and retry.dont_filter and retry.meta["exitpool_retries"] == 1
+    assert b"Proxy-Authorization" not in retry.headers
+    assert not {"proxy", "_auth_proxy", "download_slot", "exitpool_exit"} & set(retry.meta)
+    run(mw.process_request(retry))
+    assert retry.meta["exitpool_exit"] == "exit-b"
+    assert retry.headers[b"Proxy-Authorization"] == basic("bob", "pw-b")
+    assert retry.meta["download_slot"] == "exitpool:exit-b"
+    # a keyed request is never moved: the 403 is reported and handed to the spider
+    keyed = Request("http://shop.example/p/2", meta={"exitpool_key": "acct-1"})
+    run(mw.process_request(keyed))
+    got = mw.process_response(keyed, response(keyed, 403))
+    assert got.status == 403 and got.meta["exitpool_ban"] is True
+    # a request in a download slot of its own keeps it
+    slotted = Request("http://shop.example/p/3", meta={"download_slot": "mine"})
+    run(mw.process_request(slotted))
+    assert slotted.meta["download_slot"] == "mine"
+    stats = crawler.stats.get_stats()
+    assert stats["exitpool/bans"] == 2 and stats["exitpool/retries"] == 1 and stats["exitpool/bans/keyed"] == 1
+
+
+def loadable(cases):
+    """Recent Scrapy wraps Twisted's errors in its own classes; older Scrapy raises
+    Twisted's (covered here too)."""
+    from scrapy.utils.misc import load_object
+
+    found = []
+    for path, outcome in cases:
+        try:
+            found.append((load_object(path), outcome))
+        except (ImportError, NameError, AttributeError):
+            pass
+    return found
+
+
+@pytest.mark.parametrize(
+    "cls, outcome",
+    loadable([
+        ("scrapy.exceptions.DownloadTimeoutError", "timeout"),
+        ("twisted.internet.error.TimeoutError", "timeout"),
+        ("twisted.internet.error.TCPTimedOutError", "timeout"),
+        ("scrapy.exceptions.DownloadConnectionRefusedError", "connect"),
+        ("twisted.internet.error.ConnectionRefusedError", "connect"),
+        ("twisted.internet.error.ConnectionLost", "connect"),
+        ("twisted.web._newclient.ResponseNeverReceived", "connect"),
+        ("scrapy.core.downloader.handlers.http11.TunnelError", "connect"),
+        ("scrapy.exceptions.IgnoreRequest", "other"),
+        ("builtins.ValueError", "other"),
+    ]),
+    ids=lambda v: getattr(v, "__name__", v),
+)
+def test_download_errors_reach_the_exits_health_in_the_right_class(cls, outcome):
+    error = cls([]) if cls.__name__ == "ResponseNeverReceived" else cls()
+    mw, crawler = middleware()
+    request = Request("http://shop.example/")
+    run(mw.process_request(request))
+    got = mw.process_exception(request, error)
+    outcomes = {e["exit_id"]: e["outcomes"] for e in mw.pool.snapshot()["exits"]}["exit-a"]
+    assert outcomes[outcome] == 1 and sum(outcomes.values()) == 1
+    # transport failures of a keyless request move it to another exit at once
+    assert isinstance(got, Request) == (outcome in ("timeout", "connect"))
+
+
+def test_captcha_pages_are_bans_reported_as_captchas():
+    policy = BanPolicy()
+    request = Request("http://shop.example/")
+    assert policy.response_is_ban(request, response(request, 200, b"<div class=g-recaptcha>solve the CAPTCHA</div>"))
+    assert policy.response_is_ban(request, response(request, 200, headers={"X-Captcha": "1"}))
+    assert not policy.response_is_ban(request, response(request, 200))
+    assert not policy.response_is_ban(request, response(request, 503))
+    mw, _ = middleware({"EXITPOOL_BAN_RETRIES": 0})
+    run(mw.process_request(request))
+    assert mw.process_response(request, response(request, 200, b"captcha")).status == 200  # no retries left
+    assert mw.pool.snapshot()["counts"]["outcomes"]["captcha"] == 1
+
+
+def test_no_exit_to_wait_for_drops_the_request_and_says_why(caplog):
+    mw, crawler = middleware({"EXITPOOL_POOL_OPTIONS": {"max_leases": 1}, "EXITPOOL_WAIT": 0})
+    held = [Request(f"http://shop.example/{i}") for i in range(3)]
+    for r in held:
+        run(mw.process_request(r))
+    with pytest.raises(IgnoreRequest, match="exitpool"):
+        run(mw.process_request(Request("http://shop.example/4")))
+    assert crawler.stats.get_value("exitpool/no_exit") == 1
+    assert "dropping" in caplog.text
+    mw._spider_closed(None, "finished")  # leases still out are handed back at the end
+    assert mw.pool.snapshot()["live_leases"] == 0
+    assert crawler.stats.get_value("exitpool/leases_closed") == 3
+
+
+def test_configuration_from_settings(tmp_path, monkeypatch):
+    with pytest.raises(NotConfigured):
+        ExitPoolMiddleware.from_crawler(get_crawler(None, {}))
+    with pytest.raises(NotConfigured):
+        ExitPoolMiddleware.from_crawler(get_crawler(None, {"EXITPOOL_PROXY_LIST": []}))
+    lines = "exit-a http://alice:pw-a@127.0.0.1:9001\nexit-b 127.0.0.1:9002"
+    path = tmp_path / "proxies.txt"
+    path.write_text(lines)
+    with pytest.raises(InvalidInput, match="EXITPOOL_PROXY_LIST_PATH and EXITPOOL_PROXY_LIST"):
+        middleware({"EXITPOOL_PROXY_LIST_PATH": str(path), "EXITPOOL_PROXY_LIST": lines})
+    (tmp_path / "empty.txt").write_text("# nothing yet\n")
+    with pytest.raises(InvalidInput, match="holds no exit"):
+        middleware({"EXITPOOL_PROXY_LIST_PATH": str(tmp_path / "empty.txt"), "EXITPOOL_PROXY_LIST": None})
+    with pytest.raises(InvalidInput, match="socks") as e:
+        middleware({"EXITPOOL_PROXY_LIST": ["s socks5://carol:pw-c@127.0.0.1:1080"]})
+    assert "pw-c" not in str(e.value)
+    # a string of lines (from -s or an environment variable) works like a list
+    mw, _ = middleware({"EXITPOOL_PROXY_LIST": lines, "EXITPOOL_KEY_META": "account", "EXITPOOL_POOL_OPTIONS": '{"session_ttl": 60}'})
+    assert [e.exit_id for e in mw.pool.exits] == ["exit-a", "exit-b"] and mw.key_meta == "account"
+    request = Request("http://shop.example:8080/x", meta={"account": 42})
+    run(mw.process_request(request))
+    mw.process_response(request, response(request))
+    snap = mw.pool.snapshot()
+    assert snap["pool"]["sessions"] == 1  # the key came from meta["account"]
+    assert [s["site"] for s in snap["sites"]] == ["shop.example:8080"]  # the site is the host
+
+    # EXITPOOL_CONFIG goes to Pool.from_config, which owns every pool option then
+    calls = []
+
+    class ConfiguredPool:
+        @staticmethod
+        def from_config(p):
+            calls.append(p)
+            return Pool([Exit("exit-z", "http://zed:pw-z@127.0.0.1:9009")])
+
+    monkeypatch.setattr(exitpool_scrapy, "Pool", ConfiguredPool)
+    mw, _ = middleware({"EXITPOOL_PROXY_LIST": None, "EXITPOOL_POOL_OPTIONS": {}, "EXITPOOL_CONFIG": "exitpool.toml"})
+    assert calls == ["exitpool.toml"] and [e.exit_id for e in mw.pool.exits] == ["exit-z"]
+    with pytest.raises(InvalidInput, match="config file"):
+        middleware({"EXITPOOL_PROXY_LIST": None, "EXITPOOL_CONFIG": "exitpool.toml"})
+
+
+class PolicyFromCrawler(BanPolicy):
+    made_with = None
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        policy = cls()
+        policy.made_with = crawler
+        return policy
+
+    def response_is_ban(self, request, response):
+        return b"denied" in response.body
+
+
+def test_a_ban_policy_from_settings():
+    mw, crawler = middleware({"EXITPOOL_BAN_POLICY": f"{__name__}.PolicyFromCrawler"})
+    assert isinstance(mw.policy, PolicyFromCrawler) and mw.policy.made_with is crawler
+    request = Request("http://shop.example/")
+    run(mw.process_request(request))
+    assert isinstance(mw.process_response(request, response(request, 200, b"access denied")), Request)
