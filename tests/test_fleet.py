@@ -366,3 +366,47 @@ def test_bad_store_arguments_are_refused():
         Pool(exits(1), store="memory://x", namespace="")
     with pytest.raises(exitpool.InvalidInput, match="store"):
         Pool(exits(1), store="ftp://host")
+
+
+def test_rediss_over_tls(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        # A self-signed test server: verification off (#insecure), the channel still encrypted.
+        url = f"rediss://127.0.0.1:{port}/0#insecure"
+        a = Pool(exits(1), store=url, namespace="tls", max_leases=1)
+        b = Pool(exits(1), store=url, namespace="tls", max_leases=1)
+        held = a.acquire()
+        with pytest.raises(exitpool.NoExitAvailable):
+            b.acquire(timeout=0.05)
+        a.release(held)
+        assert b.acquire(timeout=1).exit_id == "e0"
+        assert b.snapshot()["store"]["online"] is True
+        # Plain redis:// against the TLS port fails and the pool says so, serving locally.
+        plain = Pool(exits(1), store=f"redis://127.0.0.1:{port}/0", namespace="tls")
+        with plain.lease():
+            pass
+        assert plain.snapshot()["store"]["online"] is False
+    finally:
+        proc.kill()
+        proc.wait(5)
