@@ -1,0 +1,109 @@
+"""Fleet mode: lease pairs per second through a Redis store, against redis-benchmark.
+
+Starts its own redis-server on a free loopback port, measures `redis-benchmark -c 1` (one
+client, one request in flight: the round-trip floor) in the same run, then lease pairs
+(acquire + release, two round trips) per second in one process and in four. A pair can reach
+at most half of redis-benchmark's single-client rate; the target is 40% of that rate per
+process. Run with a release build (`make bench`).
+
+    python bench/fleet.py [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+
+WORKER = r"""
+import sys, time, exitpool
+url, seconds, keyed = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "1"
+exits = [exitpool.Exit(f"e{i}", f"http://u:pw@127.0.0.1:{9000 + i}") for i in range(20)]
+pool = exitpool.Pool(exits, store=url, namespace="bench", max_leases=1000)
+for i in range(200):  # warm the connection and the script cache
+    with pool.lease(f"acct-{i % 100}" if keyed else None):
+        pass
+n, start = 0, time.perf_counter()
+deadline = start + seconds
+while n < 10_000_000:
+    for i in range(100):
+        with pool.lease(f"acct-{i}" if keyed else None):
+            pass
+    n += 100
+    if time.perf_counter() >= deadline:
+        break
+print(n / (time.perf_counter() - start), pool.snapshot()["store"]["online"])
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_benchmark(port: int, tests: str) -> dict:
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(port), "-c", "1", "-n", "50000", "-t", tests, "--csv"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    rates = {}
+    for line in out.splitlines()[1:]:
+        cells = [c.strip('"') for c in line.split('","')]
+        rates[cells[0]] = float(cells[1])
+    return rates
+
+
+def leases(url: str, seconds: float, procs: int, keyed: bool) -> list:
+    ps = [subprocess.Popen([sys.executable, "-c", WORKER, url, str(seconds), "1" if keyed else "0"], stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    rates = []
+    for p in ps:
+        out, _ = p.communicate(timeout=seconds + 120)
+        rate, online = out.split()
+        assert online == "True", "the store went offline during the benchmark"
+        rates.append(float(rate))
+    return rates
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=3.0)
+    args = ap.parse_args()
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        url = f"redis://127.0.0.1:{port}/0"
+        base = redis_benchmark(port, "ping,get")
+        floor = base.get("GET", base.get("PING_MBULK"))
+        print(f"redis-benchmark -c 1: {', '.join(f'{k} {v:,.0f}/s' for k, v in base.items())}")
+        print(f"baseline: GET {floor:,.0f} requests/s (one round trip each); the ceiling for a pair is {floor / 2:,.0f}/s\n")
+        print(f"{'lease pairs':<28}{'per process':>14}{'vs GET rate':>14}{'vs pair ceiling':>18}")
+        results = {}
+        for keyed in (False, True):
+            for procs in (1, 4):
+                rates = leases(url, args.seconds, procs, keyed)
+                per = sum(rates) / len(rates)
+                name = f"{'keyed' if keyed else 'keyless'}, {procs} process{'es' if procs > 1 else ''}"
+                results[name] = per
+                print(f"{name:<28}{per:>14,.0f}{per / floor:>13.1%}{per / (floor / 2):>17.1%}")
+        print("\ntarget: per process at least 40% of redis-benchmark's single-client rate")
+        print(json.dumps({"redis_get_rate": floor, "pairs_per_second": results}))
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+if __name__ == "__main__":
+    main()
