@@ -602,8 +602,8 @@ impl Pool {
         }
         if let (Some(sh), Some((exit, id))) = (&self.shared, remote) {
             // The fleet's slot ends whatever the answer: a late one was reclaimed already.
-            let r = sh.store.give_back(&exit.id, id, Some(report.outcome));
-            self.heard(sh, r.map(drop), now);
+            let r = sh.store.hand_back(&exit.id, id, Some(report.outcome));
+            self.heard(sh, r, now);
         }
         if let Some(sh) = &self.shared {
             self.publish_verdicts(sh, now);

@@ -96,7 +96,18 @@ suite!(
     the_fleet_wide_ejection_cap_refuses_one_too_many,
     verdicts_arrive_in_order_with_their_remaining_hold,
     counts_are_fleet_wide,
+    a_hand_back_frees_its_slot_without_waiting,
 );
+
+fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
+    let st = &s.store;
+    for _ in 0..50 {
+        let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
+        st.hand_back("a", id, Some(Outcome::Success)).unwrap();
+    }
+    let c = st.counts(&["a"]).unwrap();
+    assert_eq!((c[0].active, c[0].leases, c[0].outcomes[Outcome::Success as usize]), (0, 50, 50));
+}
 
 fn the_ceiling_holds_and_a_release_frees_a_slot(s: Subject) {
     let st = &s.store;
@@ -246,8 +257,10 @@ fn an_unreachable_server_answers_quickly_and_is_retried_after_a_pause() {
 fn scripts_reload_after_the_script_cache_is_flushed() {
     let (_server, port) = redis_server();
     let st = RedisStore::open(&format!("redis://127.0.0.1:{port}/0"), "flush").unwrap();
-    granted(st.take(&take(None, &["a"], None)).unwrap());
+    let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
     let out = Command::new("redis-cli").args(["-p", &port.to_string(), "SCRIPT", "FLUSH"]).output().unwrap();
     assert!(out.status.success());
-    granted(st.take(&take(None, &["a"], None)).unwrap());
+    // A hand-back sent after the flush is not lost to NOSCRIPT.
+    st.hand_back("a", id, Some(Outcome::Success)).unwrap();
+    granted(st.take(&take(None, &["a"], Some(1))).unwrap());
 }

@@ -101,6 +101,12 @@ pub trait Store: Send + Sync {
     /// Ends a lease, counting its outcome (`None`: handed back unused); `false` if it had
     /// already ended (expired, or given back before).
     fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool>;
+    /// `give_back` without waiting for the answer, for callers that do not need it (a pool's
+    /// release): a store over a network sends it and reads the reply before its next command
+    /// on that connection, so a lease pair costs one round trip instead of two.
+    fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
+        self.give_back(exit, lease, outcome).map(drop)
+    }
     /// The exit of the key's live session, if any.
     fn session(&self, key: &str) -> StoreResult<Option<String>>;
     fn end_session(&self, key: &str) -> StoreResult<bool>;

@@ -26,6 +26,18 @@ struct Scripts {
     counts: Script,
 }
 
+/// A connection and how many hand-backs were sent on it whose replies are still unread.
+struct Conn {
+    con: Connection,
+    unread: usize,
+}
+
+
+const GIVE_BACK: &str = include_str!("lua/give_back.lua");
+
+/// Unread replies a connection may collect before they are read (bounds what a failure loses).
+const MAX_UNREAD: usize = 32;
+
 pub struct RedisStore {
     client: redis::Client,
     /// Every key of the namespace starts with this; the braces keep them in one cluster slot.
@@ -33,7 +45,7 @@ pub struct RedisStore {
     shown: String,
     /// Secrets of the URL, scrubbed from any error text before it leaves this module.
     secrets: Vec<String>,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Conn>>,
     /// After a failure, when to try the server again.
     retry_at: Mutex<Option<Instant>>,
     scripts: Scripts,
@@ -68,7 +80,7 @@ impl RedisStore {
             retry_at: Mutex::new(None),
             scripts: Scripts {
                 take: Script::new(include_str!("lua/take.lua")),
-                give_back: Script::new(include_str!("lua/give_back.lua")),
+                give_back: Script::new(GIVE_BACK),
                 publish: Script::new(include_str!("lua/publish.lua")),
                 verdicts: Script::new(include_str!("lua/verdicts.lua")),
                 counts: Script::new(include_str!("lua/counts.lua")),
@@ -79,18 +91,38 @@ impl RedisStore {
     /// Runs `f` on an idle connection (or a new one), keeping the connection only if it
     /// came through unharmed.
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
-        let pooled = self.idle.lock().pop();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => self.connect()?,
-        };
-        match f(&mut con) {
+        let mut conn = self.checkout()?;
+        if let Err(e) = self.settle(&mut conn) {
+            return Err(self.failed(e));
+        }
+        match f(&mut conn.con) {
             Ok(v) => {
-                self.idle.lock().push(con);
+                self.idle.lock().push(conn);
                 Ok(v)
             }
             Err(e) => Err(self.failed(e)),
         }
+    }
+
+    fn checkout(&self) -> StoreResult<Conn> {
+        let pooled = self.idle.lock().pop();
+        match pooled {
+            Some(c) => Ok(c),
+            None => Ok(Conn { con: self.connect()?, unread: 0 }),
+        }
+    }
+
+    /// Reads the replies of the hand-backs sent on this connection. Their answers are not
+    /// needed (a late hand-back changes nothing on the server); only a broken connection is.
+    fn settle(&self, conn: &mut Conn) -> redis::RedisResult<()> {
+        while conn.unread > 0 {
+            conn.unread -= 1;
+            match conn.con.recv_response() {
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     fn connect(&self) -> StoreResult<Connection> {
@@ -166,6 +198,27 @@ impl Store for RedisStore {
                 Ok(Taken::WarmingUp { exit, wait: wait / 1000.0 })
             }
             _ => Err(bad("take")),
+        }
+    }
+
+    fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
+        let mut conn = self.checkout()?;
+        if conn.unread >= MAX_UNREAD {
+            if let Err(e) = self.settle(&mut conn) {
+                return Err(self.failed(e));
+            }
+        }
+        // EVAL with the script's text, not EVALSHA: a reply read later cannot be answered by
+        // loading the script and trying again, so this one must never meet NOSCRIPT.
+        let outcome = outcome.map_or("", Outcome::name);
+        let packed = redis::cmd("EVAL").arg(GIVE_BACK).arg(0).arg(&self.prefix).arg(exit).arg(lease).arg(outcome).get_packed_command();
+        match conn.con.send_packed_command(&packed) {
+            Ok(()) => {
+                conn.unread += 1;
+                self.idle.lock().push(conn);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(e)),
         }
     }
 
