@@ -410,3 +410,15 @@ def test_rediss_over_tls(tmp_path):
     finally:
         proc.kill()
         proc.wait(5)
+
+
+def test_a_memory_store_keeps_the_time_of_the_pool_that_made_it(tmp_path):
+    clock = exitpool.ManualClock()
+    a = Pool(exits(1), store=f"memory://{tmp_path.name}", namespace="t", max_leases=1, lease_ttl=10, clock=clock)
+    b = Pool(exits(1), store=f"memory://{tmp_path.name}", namespace="t", max_leases=1, lease_ttl=10, clock=clock)
+    held = a.acquire()
+    with pytest.raises(exitpool.NoExitAvailable):
+        b.acquire(timeout=0)
+    clock.advance(10.5)  # no sleeping: the store's TTLs run on the manual clock
+    assert b.acquire(timeout=0).exit_id == "e0"
+    assert a.release(held) is False

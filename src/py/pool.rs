@@ -238,8 +238,8 @@ impl PyPool {
         let store = match store {
             None => None,
             Some(url) => {
-                let (url, namespace) = (url.to_owned(), namespace.to_owned());
-                Some(py.detach(move || crate::store::open(&url, &namespace)).py_err(py)?)
+                let (url, namespace, clock) = (url.to_owned(), namespace.to_owned(), clock.clone());
+                Some(py.detach(move || crate::store::open(&url, &namespace, clock)).py_err(py)?)
             }
         };
         let core = py

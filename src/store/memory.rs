@@ -2,7 +2,7 @@
 //! mutex, with time from a replaceable clock so the suite runs it without sleeping.
 
 use super::{ejects, ExitCounts, Store, StoreResult, Take, Taken, Verdict};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::outcome::Outcome;
 use crate::warmup::Pairing;
 use parking_lot::Mutex;
@@ -36,9 +36,9 @@ impl MemoryStore {
         MemoryStore { name: name.to_owned(), clock, state: Mutex::new(Shared::default()) }
     }
 
-    /// The process-wide store of this name and namespace, made on first use and kept while
-    /// some pool holds it.
-    pub fn named(name: &str, namespace: &str) -> Arc<dyn Store> {
+    /// The process-wide store of this name and namespace, made on first use (with that
+    /// caller's clock) and kept while some pool holds it.
+    pub fn named(name: &str, namespace: &str, clock: Arc<dyn Clock>) -> Arc<dyn Store> {
         static REGISTRY: OnceLock<Mutex<HashMap<(String, String), Weak<MemoryStore>>>> = OnceLock::new();
         let mut reg = REGISTRY.get_or_init(Default::default).lock();
         reg.retain(|_, w| w.strong_count() > 0);
@@ -46,7 +46,7 @@ impl MemoryStore {
         if let Some(s) = reg.get(&id).and_then(Weak::upgrade) {
             return s;
         }
-        let s = Arc::new(MemoryStore::new(&format!("memory://{name} (namespace {namespace:?})"), Arc::new(SystemClock::new())));
+        let s = Arc::new(MemoryStore::new(&format!("memory://{name} (namespace {namespace:?})"), clock));
         reg.insert(id, Arc::downgrade(&s));
         s
     }
