@@ -30,9 +30,18 @@ pub enum Probe {
     Drifted,
 }
 
-/// Which breakers a lease went out through as a half-open trial.
-pub const TRIAL_TUNNEL: u8 = 1;
-pub const TRIAL_SITE: u8 = 2;
+/// The half-open periods a lease went out in as a trial, per breaker (0: not a trial there).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trial {
+    pub tunnel: u32,
+    pub site: u32,
+}
+
+impl Trial {
+    pub fn any(self) -> bool {
+        self.tunnel != 0 || self.site != 0
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Incident {
@@ -225,17 +234,12 @@ impl Fleet {
 
     /// A lease is going out through exit `h` for `site`: half-open breakers count a trial.
     #[inline]
-    pub fn on_lease(&mut self, h: u32, site: u32) -> u8 {
-        let mut trial = 0;
-        if self.tunnel[h as usize].on_lease() {
-            trial |= TRIAL_TUNNEL;
-        }
+    pub fn on_lease(&mut self, h: u32, site: u32) -> Trial {
+        let mut trial = Trial { tunnel: self.tunnel[h as usize].on_lease(), site: 0 };
         if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
-            if b.on_lease() {
-                trial |= TRIAL_SITE;
-            }
+            trial.site = b.on_lease();
         }
-        if trial != 0 {
+        if trial.any() {
             self.trials += 1;
         }
         trial
@@ -243,13 +247,11 @@ impl Fleet {
 
     /// A lease ended with no report that speaks to its breakers (it expired): hand back its
     /// trial slots.
-    pub fn abandon(&mut self, h: u32, site: u32, trial: u8) {
-        if trial & TRIAL_TUNNEL != 0 {
-            self.tunnel[h as usize].trial_done();
-        }
-        if trial & TRIAL_SITE != 0 {
+    pub fn abandon(&mut self, h: u32, site: u32, trial: Trial) {
+        self.tunnel[h as usize].trial_done(trial.tunnel);
+        if trial.site != 0 {
             if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
-                b.trial_done();
+                b.trial_done(trial.site);
             }
         }
     }
@@ -281,11 +283,11 @@ impl Fleet {
     // Each argument is one fact about one report, read straight off the lease; bundling them
     // would only move the list into a struct built for this one call.
     #[allow(clippy::too_many_arguments)]
-    pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: u8, in_service: u32, now: f64, jitter: f64) {
+    pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: Trial, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         self.learn(h, report);
         self.refresh(h);
-        if trial != 0 && report.outcome == Outcome::Success {
+        if trial.any() && report.outcome == Outcome::Success {
             self.trial_successes += 1;
         }
         if report.outcome == Outcome::RateLimited {
@@ -301,9 +303,8 @@ impl Fleet {
 
         // The tunnel.
         match Signal::for_tunnel(report.outcome, &self.cfg) {
-            Some(signal) => self.tunnel_signal(h, signal, trial & TRIAL_TUNNEL != 0, in_service, now, jitter),
-            None if trial & TRIAL_TUNNEL != 0 => self.tunnel[hu].trial_done(),
-            None => {}
+            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, now, jitter),
+            None => self.tunnel[hu].trial_done(trial.tunnel),
         }
 
         // The (exit, site) pair.
@@ -317,7 +318,7 @@ impl Fleet {
                 }
                 let b = &mut sh.breakers[hu];
                 let was = b.failing(cfg);
-                let failed = b.observe(cfg, signal, trial & TRIAL_SITE != 0);
+                let failed = b.observe(cfg, signal, trial.site);
                 let is = b.failing(cfg);
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
@@ -343,7 +344,7 @@ impl Fleet {
                     }
                 }
             }
-            None if trial & TRIAL_SITE != 0 => self.abandon(h, site, TRIAL_SITE),
+            None if trial.site != 0 => self.abandon(h, site, Trial { tunnel: 0, site: trial.site }),
             None => {}
         }
     }
@@ -518,12 +519,12 @@ impl Fleet {
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),
         };
-        self.tunnel_signal(h, signal, false, in_service, now, jitter);
+        self.tunnel_signal(h, signal, 0, in_service, now, jitter);
     }
 
     /// One signal into exit `h`'s tunnel breaker, judged against the whole fleet: the
     /// global incident, the ejection cap and the minimum in service.
-    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: bool, in_service: u32, now: f64, jitter: f64) {
+    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         let b = &mut self.tunnel[hu];
         let was = b.failing(&self.cfg);
@@ -534,9 +535,13 @@ impl Fleet {
         self.judge_global(threshold, now);
         let Some(failed) = failed else { return };
         let cap = self.ejection_cap(in_service);
+        // An exit out for its tunnel is out for every site: for the site with the most exits
+        // out already (this one aside), it would be one more.
+        let site_out = self.sites.iter().filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot())).map(|sh| sh.ejected).max().unwrap_or(0);
+        let out = self.tunnel_ejected + site_out + 1;
         let ejection = if self.global_incident.is_some() {
             Ejection::Suspended
-        } else if self.tunnel_ejected + 1 > cap || in_service.saturating_sub(self.tunnel_ejected + 1) < self.cfg.min_in_service {
+        } else if out > cap || in_service.saturating_sub(out) < self.cfg.min_in_service {
             Ejection::Refused
         } else {
             Ejection::Allowed

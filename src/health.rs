@@ -320,6 +320,9 @@ pub struct Breaker {
     until: f64,
     backoff: f64,
     trials_out: u32,
+    /// Which half-open period this is: a trial lease carries the period it was taken in, so
+    /// one from an earlier period that comes back late frees no slot of this one.
+    period: u32,
     failed_returns: u32,
     forgiven_at: f64,
     /// Lifetime figures for snapshots.
@@ -343,6 +346,7 @@ impl Breaker {
             until: 0.0,
             backoff: 0.0,
             trials_out: 0,
+            period: 0,
             failed_returns: 0,
             forgiven_at: now,
             quarantines: 0,
@@ -393,21 +397,23 @@ impl Breaker {
         }
     }
 
-    /// A lease went out through this breaker; a probing one counts it as a trial. Returns
-    /// whether it was a trial, which its release must hand back.
+    /// A lease went out through this breaker; a probing one counts it as a trial. Returns the
+    /// trial's half-open period (0: not a trial), which its release must hand back.
     #[inline]
-    pub fn on_lease(&mut self) -> bool {
+    pub fn on_lease(&mut self) -> u32 {
         if self.state == State::Probing {
             self.trials_out += 1;
-            return true;
+            return self.period;
         }
-        false
+        0
     }
 
     /// A trial lease ended without a report reaching this breaker (expired, or an outcome that
-    /// says nothing about it).
-    pub fn trial_done(&mut self) {
-        self.trials_out = self.trials_out.saturating_sub(1);
+    /// says nothing about it). A trial of an earlier period has no slot here any more.
+    pub fn trial_done(&mut self, period: u32) {
+        if period != 0 && period == self.period && self.state == State::Probing {
+            self.trials_out = self.trials_out.saturating_sub(1);
+        }
     }
 
     /// Time passing: a quarantine whose backoff is over turns half-open.
@@ -421,7 +427,7 @@ impl Breaker {
 
     /// Takes one report's signal. `ejection` says what a trip may do; `jitter` is a uniform
     /// draw in [0, 1) for the backoff.
-    pub fn record(&mut self, cfg: &HealthConfig, signal: Signal, trial: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
+    pub fn record(&mut self, cfg: &HealthConfig, signal: Signal, trial: u32, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
         let failed = self.observe(cfg, signal, trial)?;
         self.judge(cfg, failed, now, ejection, jitter)
     }
@@ -429,10 +435,8 @@ impl Breaker {
     /// First half of `record`: counts the signal. `None` when it cannot change the state
     /// (evidence about the site only); else whether it was a failure. Between the halves the
     /// pool looks at the whole fleet (incidents, the cap) to decide what a trip may do.
-    pub fn observe(&mut self, cfg: &HealthConfig, signal: Signal, trial: bool) -> Option<bool> {
-        if trial {
-            self.trial_done();
-        }
+    pub fn observe(&mut self, cfg: &HealthConfig, signal: Signal, trial: u32) -> Option<bool> {
+        self.trial_done(trial);
         let mask = if cfg.window >= 64 { u64::MAX } else { (1u64 << cfg.window) - 1 };
         let (failed, captcha) = match signal {
             Signal::Success | Signal::SiteError => (false, false),
@@ -580,6 +584,9 @@ impl Breaker {
         }
         if to != State::Probing {
             self.trials_out = 0;
+        } else {
+            self.period = self.period.wrapping_add(1).max(1);
+            self.trials_out = 0;
         }
         Transition { from, to, reason }
     }
@@ -642,7 +649,7 @@ mod tests {
     }
 
     fn feed(b: &mut Breaker, c: &HealthConfig, s: Signal, n: usize, now: f64) -> Vec<Transition> {
-        (0..n).filter_map(|_| b.record(c, s, false, now, Ejection::Allowed, 0.5)).collect()
+        (0..n).filter_map(|_| b.record(c, s, 0, now, Ejection::Allowed, 0.5)).collect()
     }
 
     #[test]
@@ -697,9 +704,11 @@ mod tests {
         let mut b = Breaker::new(0.0);
         feed(&mut b, &c, Signal::Failure(5.0), 1, 0.0);
         b.poll(100.0);
+        let mut trial = 0;
         for _ in 0..c.half_open_trials {
             assert!(b.admits(&c));
-            assert!(b.on_lease());
+            trial = b.on_lease();
+            assert_ne!(trial, 0);
         }
         assert!(!b.admits(&c));
         let mut last = None;
@@ -707,7 +716,7 @@ mod tests {
             if i > 0 {
                 b.on_lease();
             }
-            last = b.record(&c, Signal::Success, true, 100.0, Ejection::Allowed, 0.5).or(last);
+            last = b.record(&c, Signal::Success, trial, 100.0, Ejection::Allowed, 0.5).or(last);
         }
         assert_eq!(last.unwrap().to, State::Healthy);
     }
@@ -721,14 +730,14 @@ mod tests {
         for n in 1..c.dead_after {
             now = b.until();
             b.poll(now);
-            b.on_lease();
-            let t = b.record(&c, Signal::Failure(1.0), true, now, Ejection::Allowed, 0.5).unwrap();
+            let trial = b.on_lease();
+            let t = b.record(&c, Signal::Failure(1.0), trial, now, Ejection::Allowed, 0.5).unwrap();
             assert_eq!((t.from, t.to, t.reason), (State::Probing, State::Quarantined, Reason::TrialFailed));
             assert_eq!(b.until() - now, c.backoff(n + 1));
         }
         now = b.until();
         b.poll(now);
-        let t = b.record(&c, Signal::Failure(1.0), false, now, Ejection::Allowed, 0.5).unwrap();
+        let t = b.record(&c, Signal::Failure(1.0), 0, now, Ejection::Allowed, 0.5).unwrap();
         assert_eq!(t.to, State::Dead);
         assert_eq!(b.poll(1e12), None);
         assert!(!b.admits(&c));
@@ -740,7 +749,7 @@ mod tests {
         let c = cfg();
         let trip = |j: f64| {
             let mut b = Breaker::new(0.0);
-            b.record(&c, Signal::Failure(5.0), false, 0.0, Ejection::Allowed, j);
+            b.record(&c, Signal::Failure(5.0), 0, 0.0, Ejection::Allowed, j);
             b.until()
         };
         assert!((trip(0.0) - 24.0).abs() < 1e-9);
@@ -757,13 +766,13 @@ mod tests {
         let mut b = Breaker::new(0.0);
         for i in 0..10 {
             let s = if i % 5 == 0 { Signal::Captcha } else { Signal::Success };
-            b.record(&c, s, false, 0.0, Ejection::Allowed, 0.5);
+            b.record(&c, s, 0, 0.0, Ejection::Allowed, 0.5);
         }
         assert_eq!(b.state(), State::Quarantined);
         let mut b = Breaker::new(0.0);
         for i in 0..10 {
             let s = if i % 5 == 0 { Signal::Failure(1.0) } else { Signal::Success };
-            b.record(&c, s, false, 0.0, Ejection::Allowed, 0.5);
+            b.record(&c, s, 0, 0.0, Ejection::Allowed, 0.5);
         }
         assert_eq!(b.state(), State::Healthy);
     }
@@ -772,12 +781,12 @@ mod tests {
     fn refused_ejection_degrades_and_suspended_judges_nothing() {
         let c = cfg();
         let mut b = Breaker::new(0.0);
-        let t = (0..5).filter_map(|_| b.record(&c, Signal::Failure(1.0), false, 0.0, Ejection::Refused, 0.5)).last();
+        let t = (0..5).filter_map(|_| b.record(&c, Signal::Failure(1.0), 0, 0.0, Ejection::Refused, 0.5)).last();
         assert_eq!(t.unwrap().reason, Reason::EjectionRefused);
         assert_eq!(b.state(), State::Degraded);
         let mut b = Breaker::new(0.0);
         for _ in 0..50 {
-            assert_eq!(b.record(&c, Signal::Failure(3.0), false, 0.0, Ejection::Suspended, 0.5), None);
+            assert_eq!(b.record(&c, Signal::Failure(3.0), 0, 0.0, Ejection::Suspended, 0.5), None);
         }
         assert_eq!(b.state(), State::Healthy);
         assert!(b.failing(&c));
@@ -803,12 +812,12 @@ mod tests {
     fn repeats_are_forgiven_slowly_after_stable_service() {
         let c = cfg();
         let mut b = Breaker::new(0.0);
-        b.record(&c, Signal::Failure(5.0), false, 0.0, Ejection::Allowed, 0.5);
+        b.record(&c, Signal::Failure(5.0), 0, 0.0, Ejection::Allowed, 0.5);
         b.revive(30.0);
         assert_eq!(b.repeats(), 1);
-        b.record(&c, Signal::Success, false, 30.0 + c.forgive_after - 1.0, Ejection::Allowed, 0.5);
+        b.record(&c, Signal::Success, 0, 30.0 + c.forgive_after - 1.0, Ejection::Allowed, 0.5);
         assert_eq!(b.repeats(), 1);
-        b.record(&c, Signal::Success, false, 30.0 + c.forgive_after, Ejection::Allowed, 0.5);
+        b.record(&c, Signal::Success, 0, 30.0 + c.forgive_after, Ejection::Allowed, 0.5);
         assert_eq!(b.repeats(), 0);
     }
 

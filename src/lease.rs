@@ -12,8 +12,8 @@ pub type LeaseId = u64;
 pub struct LeaseRec {
     pub exit: u32,
     pub site: u32,
-    /// Which half-open breakers counted this lease as a trial (`fleet::TRIAL_*`).
-    pub trial: u8,
+    /// The half-open periods in which breakers counted this lease as a trial.
+    pub trial: crate::fleet::Trial,
     /// A hash of the lease's key (0 for keyless), kept only when calibrating capacities.
     pub identity: u64,
     /// The lease's id in the fleet's shared store; 0 for a lease only this pool knows.
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
 
     fn rec(expires: f64) -> LeaseRec {
-        LeaseRec { exit: 0, site: 0, trial: 0, identity: 0, remote: 0, started: 0.0, expires }
+        LeaseRec { exit: 0, site: 0, trial: Default::default(), identity: 0, remote: 0, started: 0.0, expires }
     }
 
     #[test]

@@ -49,21 +49,23 @@ impl Dispatch {
             return;
         }
         // Delivery must never fail the call that triggered it.
-        let _ = self.deliver_range(py, core, from);
+        let _ = self.deliver_range(py, core, from, seq);
     }
 
-    fn deliver_range(&self, py: Python<'_>, core: &Pool, from: u64) -> PyResult<()> {
+    /// Delivers events `from..to`: exactly the range this caller claimed, since another
+    /// thread may already have claimed the events after it.
+    fn deliver_range(&self, py: Python<'_>, core: &Pool, from: u64, to: u64) -> PyResult<()> {
         static DELIVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        let events = events_list(py, core, from)?;
+        let events = events_list(py, core, from, to)?;
         let listeners: Vec<Py<PyAny>> = self.listeners.lock().iter().map(|l| l.clone_ref(py)).collect();
         DELIVER.import(py, "exitpool._events", "_deliver")?.call1((listeners, events))?;
         Ok(())
     }
 }
 
-fn events_list<'py>(py: Python<'py>, core: &Pool, since: u64) -> PyResult<Bound<'py, PyList>> {
+fn events_list<'py>(py: Python<'py>, core: &Pool, since: u64, until: u64) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
-    for e in core.events(since) {
+    for e in core.events(since).into_iter().take_while(|e| e.seq < until) {
         let d = PyDict::new(py);
         d.set_item("seq", e.seq)?;
         d.set_item("time", e.time)?;
@@ -396,7 +398,7 @@ impl PyPool {
     #[pyo3(signature = (since=None))]
     fn events<'py>(&self, py: Python<'py>, since: Option<u64>) -> PyResult<Bound<'py, PyList>> {
         self.dispatch.deliver(py, &self.core);
-        events_list(py, &self.core, since.unwrap_or(0))
+        events_list(py, &self.core, since.unwrap_or(0), u64::MAX)
     }
 
     /// Calls `fn(event)` for every event from now on (after the call that produced it);
@@ -792,6 +794,9 @@ impl PyLease {
         let (id, report) = {
             let mut st = self.state.lock();
             if st.done {
+                if st.id.is_some() {
+                    self.core.count_ignored_release();
+                }
                 return false;
             }
             st.done = true;
