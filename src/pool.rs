@@ -239,6 +239,9 @@ struct Link {
     seen: u64,
 }
 
+/// The store's name for the breakers of leases without a site (no host name has a control
+/// character; the empty name is the tunnel).
+const UNSCOPED: &str = "\u{1}";
 /// How often the local copy of the fleet's health is refreshed: at most one round trip a
 /// second for it, whatever the lease rate.
 const HEALTH_REFRESH: f64 = 1.0;
@@ -502,6 +505,12 @@ impl Pool {
         r
     }
 
+    /// Counts a release of a lease that had ended already, which changes nothing else. For
+    /// the bindings, whose lease object knows it was released before without asking the core.
+    pub fn count_ignored_release(&self) {
+        self.state.lock().counts.ignored_releases += 1;
+    }
+
     /// Counts one lease that had to wait `seconds` for its slot. For callers that wait in
     /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
     pub fn record_wait(&self, seconds: f64) {
@@ -661,7 +670,9 @@ impl Pool {
 
     /// Ends a key's session; its next lease binds afresh from the ring.
     pub fn end_session(&self, key: &str) -> bool {
-        let local = self.state.lock().sessions.end(key).is_some();
+        let now = self.clock.now();
+        // A session past its TTL had ended already, whether or not it was swept.
+        let local = self.state.lock().sessions.end(key).is_some_and(|s| s.expires > now);
         if let Some(sh) = &self.shared {
             let r = sh.store.end_session(key);
             if self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), self.clock.now()) {
@@ -811,7 +822,12 @@ impl Pool {
         let mut st = self.state.lock();
         st.fleet.poll(now);
         let h = st.handle(exit_id)?;
-        let site = site.and_then(|s| st.sites.get(s).copied());
+        // Without a site: the state leases without a site meet (site 0), which is what
+        // decides whether such a lease may use the exit.
+        let site = match site {
+            None => Some(0),
+            Some(s) => st.sites.get(s).copied(),
+        };
         Ok(st.fleet.state(h, site))
     }
 
@@ -1009,9 +1025,24 @@ impl Pool {
             self.freed.notify_all();
         }
         let site_id = st.site_id(site);
-        let (h, choice) = match st.decide(view, key, site_id, now, false) {
-            Ok(d) => d,
-            Err(r) => return Some(Err(r)),
+        let (h, choice) = match (st.decide(view, key, site_id, now, false), key) {
+            (Ok(d), _) => d,
+            (Err(r), None) => return Some(Err(r)),
+            (Err(r), Some(k)) => {
+                // Nothing on the ring for a new session; but the key may have a live one,
+                // which only the store knows, and which must be reported, not hidden.
+                drop(st);
+                let bound = sh.store.session(k);
+                if !self.heard(sh, bound.as_ref().map(drop).map_err(Clone::clone), now) {
+                    return None;
+                }
+                let Some(exit) = bound.ok().flatten() else { return Some(Err(r)) };
+                st = self.state.lock();
+                match st.adopt(view, key, &exit, site_id, now, Choice::Session) {
+                    Ok(d) => d,
+                    Err(r) => return Some(Err(r)),
+                }
+            }
         };
         let mut candidates = vec![st.exits[h as usize].exit.clone()];
         if key.is_none() {
@@ -1019,48 +1050,62 @@ impl Pool {
         }
         let cfg = st.cfg.clone();
         drop(st);
-        let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
-        let take = Take { key, candidates: &ids, max_leases: cfg.max_leases, lease_ttl: cfg.lease_ttl, session_ttl: cfg.session_ttl, warmup: cfg.warmup };
-        let taken = sh.store.take(&take);
-        let ok = self.heard(sh, taken.as_ref().map(drop).map_err(Clone::clone), now);
-        if !ok {
-            return None;
-        }
-        Some(match taken.ok()? {
-            Taken::Full { .. } => Err(Refusal::Full),
-            Taken::WarmingUp { exit, wait } => {
-                let mut st = self.state.lock();
-                let h = st.by_id.get(&exit).copied();
-                st.fleet.events.push(now, EventKind::WarmingUp, h, (site_id != 0).then_some(site_id), format!("a new pairing of key {:?} must wait {wait:.3} s (warm-up ramp, fleet-wide)", key.unwrap_or("")));
-                Err(Refusal::WarmingUp { retry_after: wait, exit_id: exit })
+        let (mut h, mut choice) = (h, choice);
+        // A key whose session another worker bound elsewhere is asked for again, once, for
+        // that exit, after this worker has checked the exit can serve here.
+        for _ in 0..2 {
+            let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
+            let take = Take { key, candidates: &ids, max_leases: cfg.max_leases, lease_ttl: cfg.lease_ttl, session_ttl: cfg.session_ttl, warmup: cfg.warmup };
+            let taken = sh.store.take(&take);
+            if !self.heard(sh, taken.as_ref().map(drop).map_err(Clone::clone), now) {
+                return None;
             }
-            Taken::Granted { exit, lease, session } => {
-                let mut st = self.state.lock();
-                let adopted = if exit == ids[0] && !session {
-                    Ok((h, choice))
-                } else {
-                    st.adopt(view, key, &exit, site_id, now, choice)
-                };
-                match adopted {
-                    Ok((h, choice)) => {
-                        if let Some(key) = key {
-                            if st.sessions.live(key, now).is_some_and(|s| s.exit != h) {
-                                // Another worker bound this key meanwhile: the fleet's binding wins.
-                                st.sessions.end(key);
-                            }
-                            st.sessions.bind(key, h, now + cfg.session_ttl);
+            match taken.ok()? {
+                Taken::Elsewhere { exit } => {
+                    let st = &mut *self.state.lock();
+                    match st.adopt(view, key, &exit, site_id, now, Choice::Session) {
+                        Ok((h2, c2)) => {
+                            (h, choice) = (h2, c2);
+                            candidates = vec![st.exits[h2 as usize].exit.clone()];
                         }
-                        Ok(st.commit(h, choice, key, site_id, now, lease))
-                    }
-                    Err(refusal) => {
-                        drop(st);
-                        let r = sh.store.give_back(&exit, lease, None);
-                        self.heard(sh, r.map(drop), now);
-                        Err(refusal)
+                        Err(r) => return Some(Err(r)),
                     }
                 }
+                Taken::Full { .. } => return Some(Err(Refusal::Full)),
+                Taken::WarmingUp { exit, wait } => {
+                    let mut st = self.state.lock();
+                    let eh = st.by_id.get(&exit).copied();
+                    st.fleet.events.push(now, EventKind::WarmingUp, eh, (site_id != 0).then_some(site_id), format!("a new pairing of key {:?} must wait {wait:.3} s (warm-up ramp, fleet-wide)", key.unwrap_or("")));
+                    return Some(Err(Refusal::WarmingUp { retry_after: wait, exit_id: exit }));
+                }
+                Taken::Granted { exit, lease, session } => {
+                    let mut st = self.state.lock();
+                    // A keyless lease may have gone to one of the fallbacks.
+                    let adopted = if exit == ids[0] { Ok((h, choice)) } else { st.adopt(view, key, &exit, site_id, now, choice) };
+                    return Some(match adopted {
+                        Ok((h, choice)) => {
+                            let choice = if session { Choice::Session } else { choice };
+                            if let Some(key) = key {
+                                if st.sessions.live(key, now).is_some_and(|s| s.exit != h) {
+                                    // Another worker bound this key meanwhile: the fleet's binding wins.
+                                    st.sessions.end(key);
+                                }
+                                st.sessions.bind(key, h, now + cfg.session_ttl);
+                            }
+                            Ok(st.commit(h, choice, key, site_id, now, lease))
+                        }
+                        Err(refusal) => {
+                            drop(st);
+                            let r = sh.store.give_back(&exit, lease, None);
+                            self.heard(sh, r.map(drop), now);
+                            Err(refusal)
+                        }
+                    });
+                }
             }
-        })
+        }
+        // The session moved again meanwhile: as busy as full, for a moment.
+        Some(Err(Refusal::Full))
     }
 
     /// Records whether the store answered, announcing a change either way; true if it did.
@@ -1111,7 +1156,11 @@ impl Pool {
             if st.exits[h as usize].removed {
                 continue;
             }
-            let site = (!v.site.is_empty()).then(|| st.site_id(Some(&v.site)));
+            let site = match v.site.as_str() {
+                "" => None,
+                UNSCOPED => Some(0),
+                name => Some(st.site_id(Some(name))),
+            };
             st.fleet.impose(h, site, v.state, v.hold, now, Reason::Fleet);
         }
         drop(st);
@@ -1136,7 +1185,11 @@ impl Pool {
                 .map(|(h, site, state, hold)| {
                     let v = Verdict {
                         exit: st.exits[h as usize].exit.id.clone(),
-                        site: site.map_or(String::new(), |s| st.site_names[s as usize].to_string()),
+                        site: match site {
+                            None => String::new(),
+                            Some(0) => UNSCOPED.to_owned(),
+                            Some(s) => st.site_names[s as usize].to_string(),
+                        },
                         state,
                         hold,
                         origin: sh.origin,

@@ -97,6 +97,7 @@ suite!(
     verdicts_arrive_in_order_with_their_remaining_hold,
     counts_are_fleet_wide,
     a_hand_back_frees_its_slot_without_waiting,
+    being_told_elsewhere_does_not_extend_a_session,
 );
 
 fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
@@ -148,16 +149,28 @@ fn a_live_session_never_moves_and_ends_when_told(s: Subject) {
     let st = &s.store;
     let g = st.take(&take(Some("acct"), &["a"], None)).unwrap();
     assert!(matches!(g, Taken::Granted { ref exit, session: false, .. } if exit == "a"));
-    // Another worker whose ring now says b (exits given in another order, b added): still a.
-    let g = st.take(&take(Some("acct"), &["b"], None)).unwrap();
+    // Another worker whose ring now says b (exits given in another order, b added) is told
+    // where the session is, and nothing is taken until it asks for that exit.
+    assert_eq!(st.take(&take(Some("acct"), &["b"], None)).unwrap(), Taken::Elsewhere { exit: "a".into() });
+    let g = st.take(&take(Some("acct"), &["a"], None)).unwrap();
     assert!(matches!(g, Taken::Granted { ref exit, session: true, .. } if exit == "a"), "{g:?}");
     assert_eq!(st.session("acct").unwrap().as_deref(), Some("a"));
     // A full session exit means wait, never move.
-    let full = st.take(&take(Some("acct"), &["b"], Some(2))).unwrap();
+    let full = st.take(&take(Some("acct"), &["a"], Some(2))).unwrap();
     assert_eq!(full, Taken::Full { exit: Some("a".into()) });
     assert!(st.end_session("acct").unwrap());
     assert!(!st.end_session("acct").unwrap());
     assert_eq!(granted(st.take(&take(Some("acct"), &["b"], None)).unwrap()).0, "b");
+}
+
+fn being_told_elsewhere_does_not_extend_a_session(s: Subject) {
+    let st = &s.store;
+    let short = |c: &'static [&'static str]| Take { session_ttl: 0.3, ..take(Some("acct"), c, None) };
+    granted(st.take(&short(&["a"])).unwrap());
+    (s.advance)(0.2);
+    assert_eq!(st.take(&short(&["b"])).unwrap(), Taken::Elsewhere { exit: "a".into() });
+    (s.advance)(0.2);
+    assert_eq!(st.session("acct").unwrap(), None, "the session ended at its TTL: being asked about it kept nothing alive");
 }
 
 fn a_session_lapses_after_its_ttl(s: Subject) {

@@ -78,6 +78,11 @@ impl Store for MemoryStore {
         let mut st = self.state.lock();
         let bound = t.key.and_then(|k| st.sessions.get(k).filter(|s| s.1 > now).map(|s| s.0.clone()));
         let session = bound.is_some();
+        if let (Some(exit), Some(first)) = (&bound, t.candidates.first()) {
+            if exit != first {
+                return Ok(Taken::Elsewhere { exit: exit.clone() });
+            }
+        }
         let exit = match bound {
             Some(e) => e,
             None => match t.candidates.first() {

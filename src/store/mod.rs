@@ -28,7 +28,7 @@ use std::sync::Arc;
 /// One request for a lease slot.
 #[derive(Debug, Clone)]
 pub struct Take<'a> {
-    /// The account; with a live session, its bound exit is the only candidate.
+    /// The account; with a live session on another exit than the candidate, `Elsewhere`.
     pub key: Option<&'a str>,
     /// Exit ids in order of preference: the first under its ceiling is taken.
     pub candidates: &'a [&'a str],
@@ -44,6 +44,10 @@ pub enum Taken {
     Granted { exit: String, lease: u64, session: bool },
     /// Every candidate (or the session's exit) is at its ceiling.
     Full { exit: Option<String> },
+    /// The key's live session is on `exit`, not on the candidate: nothing was taken or
+    /// extended, so that the pool can first check the exit may serve (a session never
+    /// moves; a lease the pool would refuse must not keep the session alive either).
+    Elsewhere { exit: String },
     /// The pairing of key and exit is new and must wait this long (warm-up).
     WarmingUp { exit: String, wait: f64 },
 }

@@ -192,6 +192,7 @@ impl Store for RedisStore {
                 Ok(Taken::Granted { exit, lease, session: session == "1" })
             }
             Some("full") => Ok(Taken::Full { exit: it.next() }),
+            Some("elsewhere") => Ok(Taken::Elsewhere { exit: it.next().ok_or_else(|| bad("take"))? }),
             Some("warm") => {
                 let (Some(exit), Some(wait)) = (it.next(), it.next()) else { return Err(bad("take")) };
                 let wait: f64 = wait.parse().map_err(|_| bad("take"))?;

@@ -2,6 +2,7 @@
 -- ARGV: prefix, key ('' for keyless), max (0: none), lease_ttl, session_ttl,
 --       ramp, interval, horizon (ramp 0: no warm-up), candidates...
 -- Returns {'ok', exit, id, session} | {'full', exit?} | {'warm', exit, wait_ms}
+--       | {'elsewhere', exit} (the key's session is on another exit: nothing taken or extended)
 local p, key = ARGV[1], ARGV[2]
 local max, lease_ttl, session_ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ramp, interval, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -28,12 +29,14 @@ local function take(exit)
 end
 
 if key ~= '' then
-  -- A live session decides alone; otherwise the ring's choice. A keyed lease never moves on.
+  -- A live session decides; otherwise the ring's choice. A keyed lease never moves on.
   local sk = p .. 'sess:' .. key
   local exit = redis.call('GET', sk)
   local session = '1'
   if not exit then
     exit, session = ARGV[9], '0'
+  elseif exit ~= ARGV[9] then
+    return {'elsewhere', exit}
   end
   if not exit then return {'full'} end
   if not room(exit) then return {'full', exit} end
