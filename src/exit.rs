@@ -1,7 +1,7 @@
 //! An exit: one way out to the internet, identified by a stable id that the ring hashes.
 
 use crate::error::{Error, Result};
-use crate::proxy::ProxyUrl;
+use crate::proxy::{mask_raw, ProxyUrl};
 use std::net::IpAddr;
 
 /// More points than this per exit would only cost memory: measured capacities stop at 6.
@@ -36,11 +36,12 @@ impl Exit {
 }
 
 pub fn validate_id(id: &str) -> Result<String> {
+    // Masked: text that is no valid id may be a proxy URL given in the wrong place.
     if id.is_empty() || id.trim() != id {
-        return Err(Error::BadInput(format!("exit id {id:?} must be non-empty with no surrounding spaces")));
+        return Err(Error::BadInput(format!("exit id {:?} must be non-empty with no surrounding spaces", mask_raw(id))));
     }
     if id.chars().any(char::is_control) {
-        return Err(Error::BadInput(format!("exit id {id:?} must not contain control characters")));
+        return Err(Error::BadInput(format!("exit id {:?} must not contain control characters", mask_raw(id))));
     }
     Ok(id.to_owned())
 }

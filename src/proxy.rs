@@ -85,9 +85,17 @@ impl ProxyUrl {
     /// percent-encoded: the userinfo is everything before the last `@`, and a `%XX` in it is
     /// read as an escape (so a literal `%41` must be written `%2541`).
     pub fn parse(raw: &str) -> Result<ProxyUrl> {
+        Self::parse_shown(raw, None)
+    }
+
+    /// `parse`, naming the input in errors as `shown` (already masked) when the URL was made
+    /// from other text, which is what the user wrote and what must be masked.
+    pub fn parse_shown(raw: &str, shown: Option<&str>) -> Result<ProxyUrl> {
         let raw = raw.trim();
-        let bad = |why: &str| Error::BadProxy(format!("bad proxy URL {:?}: {why}", mask_raw(raw)));
-        let (scheme_str, rest) = raw.split_once("://").ok_or_else(|| bad("no scheme (expected http://, https://, socks5:// or socks5h://)"))?;
+        let shown = shown.map_or_else(|| mask_raw(raw), str::to_owned);
+        let bad = |why: &str| Error::BadProxy(format!("bad proxy URL {shown:?}: {why}"));
+        let end = scheme_end(raw).ok_or_else(|| bad("no scheme (expected http://, https://, socks5:// or socks5h://)"))?;
+        let (scheme_str, rest) = (&raw[..end - 3], &raw[end..]);
         let scheme = Scheme::parse(scheme_str).ok_or_else(|| bad("unsupported scheme (expected http, https, socks5 or socks5h)"))?;
         let (userinfo, hostpart) = match rest.rfind('@') {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
@@ -197,6 +205,16 @@ impl fmt::Display for ProxyUrl {
     }
 }
 
+/// Where a URL's scheme and its `://` end, if `raw` starts with one: a scheme is a letter
+/// then letters, digits, `+`, `-` or `.` (RFC 3986), so a `://` inside a password is none.
+pub fn scheme_end(raw: &str) -> Option<usize> {
+    let i = raw.find("://")?;
+    let scheme = &raw[..i];
+    let mut chars = scheme.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    ok.then_some(i + 3)
+}
+
 /// Decodes `%XX` escapes and keeps a `%` that starts no escape as itself, so that passwords
 /// written raw (`100%`) and written encoded (`p%40ss`) both work.
 fn decode_lenient(s: &str) -> std::result::Result<String, std::str::Utf8Error> {
@@ -207,15 +225,30 @@ fn decode_lenient(s: &str) -> std::result::Result<String, std::str::Utf8Error> {
 /// It errs on the side of hiding: everything between the first `:` of the userinfo and the
 /// last `@`, or everything after the third `:` of a `host:port:user:pass` line.
 pub fn mask_raw(raw: &str) -> String {
-    let (prefix, rest) = match raw.find("://") {
-        Some(i) => raw.split_at(i + 3),
+    let (prefix, rest) = match scheme_end(raw) {
+        Some(i) => raw.split_at(i),
         None => ("", raw),
     };
+    // `host:port:user:pass` first: its password may hold an `@` (or anything else).
+    if prefix.is_empty() {
+        let parts: Vec<&str> = rest.splitn(4, ':').collect();
+        if parts.len() == 4 && !parts[1].is_empty() && parts[1].bytes().all(|b| b.is_ascii_digit()) {
+            return format!("{}:{}:{}:{MASK}", parts[0], parts[1], parts[2]);
+        }
+    }
     if let Some(at) = rest.rfind('@') {
         let userinfo = &rest[..at];
+        // Scheme-less text that failed to parse may have put a password where the port should
+        // be (a `host:port:user:pass` line with a bad port and an `@`): a port that is not a
+        // number is hidden too. In a URL, what follows the `@` is the host and port.
+        let tail = &rest[at + 1..];
+        let tail = match tail.rsplit_once(':') {
+            Some((host, port)) if prefix.is_empty() && !port.trim_end_matches('/').bytes().all(|b| b.is_ascii_digit()) => format!("{host}:{MASK}"),
+            _ => tail.to_owned(),
+        };
         return match userinfo.find(':') {
-            Some(c) => format!("{prefix}{}:{MASK}{}", &userinfo[..c], &rest[at..]),
-            None => raw.to_owned(),
+            Some(c) => format!("{prefix}{}:{MASK}@{tail}", &userinfo[..c]),
+            None => format!("{prefix}{userinfo}@{tail}"),
         };
     }
     if prefix.is_empty() {
@@ -236,6 +269,22 @@ pub fn mask_raw(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masking_hides_passwords_of_every_shape() {
+        for (raw, secret) in [
+            ("gw.example:8000:user:p@ss-hunter2", "hunter2"),
+            ("user:hunter2://x@gw.example:8000", "hunter2"),
+            ("http://user:hunter2://x@gw.example:8000", "hunter2"),
+            ("gw.example:8000:user:hunter2://x", "hunter2"),
+            ("bücher.example:80@0:g:hunter2", "hunter2"),
+        ] {
+            let shown = mask_raw(raw);
+            assert!(!shown.contains(secret), "{raw} -> {shown}");
+        }
+        assert_eq!(scheme_end("http://h"), Some(7));
+        assert_eq!(scheme_end("user:pw://h"), None);
+    }
 
     #[test]
     fn parses_and_masks_like_httpx() {

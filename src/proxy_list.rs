@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{mask_raw, ProxyUrl, Scheme};
+use crate::proxy::{mask_raw, scheme_end, ProxyUrl, Scheme};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -60,6 +60,11 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     let proxy_token = match positional.as_slice() {
         [proxy] => *proxy,
         [first, proxy] if id.is_none() => {
+            // An id never carries a password: a first token that does is a second proxy, and
+            // taking it as the id would show its password wherever ids are shown.
+            if scheme_end(first).is_some() || parse_proxy_token(first).is_ok_and(|p| p.password().is_some()) {
+                return Err(Error::BadProxy(format!("two proxies on one line: {:?} and {:?} (one exit a line)", mask_raw(first), mask_raw(proxy))));
+            }
             id = Some(*first);
             *proxy
         }
@@ -71,7 +76,8 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     let proxy = parse_proxy_token(proxy_token)?;
     let id = match id {
         Some(id) => validate_id(id)?,
-        None => derived_id(&proxy),
+        // A user name can hold what an id may not (control characters).
+        None => validate_id(&derived_id(&proxy))?,
     };
     let capacity = match capacity {
         None => 1,
@@ -105,7 +111,7 @@ fn strip_comment(line: &str) -> &str {
 }
 
 fn parse_proxy_token(token: &str) -> Result<ProxyUrl> {
-    if token.contains("://") {
+    if scheme_end(token).is_some() {
         return ProxyUrl::parse(token);
     }
     // `host:port:user:pass` first: its password may hold an `@`, and its port is all digits,
@@ -116,7 +122,7 @@ fn parse_proxy_token(token: &str) -> Result<ProxyUrl> {
         [host, port, user, pass] if numeric_port => {
             ProxyUrl::from_parts(Scheme::Http, &format!("{host}:{port}"), Some(user), Some(pass))
         }
-        _ if token.contains('@') => ProxyUrl::parse(&format!("http://{token}")),
+        _ if token.contains('@') => ProxyUrl::parse_shown(&format!("http://{token}"), Some(&mask_raw(token))),
         [_, _] if numeric_port => ProxyUrl::from_parts(Scheme::Http, token, None, None),
         _ => Err(Error::BadProxy(format!(
             "cannot read {:?} as a proxy (expected a URL, host:port, host:port:user:pass or user:pass@host:port)",
@@ -135,6 +141,17 @@ fn derived_id(proxy: &ProxyUrl) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_never_becomes_an_id() {
+        for line in ["http://u:hunter2@gw.example:8000 gw.example:9000", "u:hunter2@gw.example:8000 gw.example:9000", "user:hunter2://x@gw.example:8000", "\u{1}user:hunter2@gw.example:8000"] {
+            match parse(&[line]) {
+                Ok(exits) => assert!(exits.iter().all(|e| !e.id.contains("hunter2")), "{line}: {exits:?}"),
+                Err(e) => assert!(!e.to_string().contains("hunter2"), "{line}: {e}"),
+            }
+        }
+        assert!(parse(&["\u{1}user:pw@gw.example:8000"]).is_err(), "a control character in a derived id is refused");
+    }
 
     #[test]
     fn every_shape_users_have() {

@@ -1,12 +1,16 @@
 """Type stubs and documentation for exitpool's native core."""
 
-from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, TypedDict, Union
+import os
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
+
+__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_position"]
 
 __version__: str
 DEFAULT_REPLICAS: int
 
 Strategy = Literal["round_robin", "weighted", "least_conn", "lru", "p2c"]
 
+@final
 class Exit:
     """One way out to the internet.
 
@@ -18,15 +22,18 @@ class Exit:
     does (``http://user:[secure]@host:port``).
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         exit_id: str,
         proxy: str,
         *,
         ip: Optional[str] = None,
-        capacity: int = 1,
+        capacity: Optional[int] = None,
         tags: Optional[Mapping[str, str]] = None,
-    ) -> None: ...
+    ) -> "Exit":
+        """``capacity=None`` means 1."""
+    def __getnewargs_ex__(self) -> Tuple[Tuple[str, str], Dict[str, Any]]:
+        """Pickling (multiprocessing workers) rebuilds through the validating constructor."""
     @property
     def exit_id(self) -> str: ...
     @property
@@ -54,9 +61,10 @@ class Exit:
     def username(self) -> Optional[str]: ...
     @property
     def password(self) -> Optional[str]: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class Ring:
     """The consistent-hash ring: ``assign(key)`` gives the exit that owns ``key``.
 
@@ -67,7 +75,8 @@ class Ring:
     comes from. Adding or removing an exit moves only the keys of its own arcs.
     """
 
-    def __init__(self, exits: Optional[Iterable[Exit]] = None, *, replicas: int = ..., salt: str = "vnode") -> None: ...
+    def __new__(cls, exits: Optional[Iterable[Exit]] = None, *, replicas: Optional[int] = None, salt: str = "vnode") -> "Ring":
+        """``replicas=None`` means :data:`DEFAULT_REPLICAS` (160)."""
     def assign(self, key: str, /) -> Exit:
         """The exit that owns ``key``; raises :class:`NoExitAvailable` on an empty ring.
         (Positional only: it is a ``METH_O`` method, called without an argument tuple.)"""
@@ -86,17 +95,19 @@ class Ring:
     @property
     def points(self) -> int: ...
     def __len__(self) -> int: ...
-    def __contains__(self, item: Union[str, Exit]) -> bool: ...
+    def __contains__(self, item: Union[str, Exit], /) -> bool: ...
 
+@final
 class ManualClock:
     """A clock that moves only when advanced: give it to ``Pool(clock=...)`` to test TTLs,
     cooldowns and warm-up without sleeping."""
 
-    def __init__(self, start: float = 0.0) -> None: ...
+    def __new__(cls, start: float = 0.0) -> "ManualClock": ...
     def advance(self, seconds: float) -> float:
         """Move time forward; returns the new time. Negative or non-finite steps raise."""
     def now(self) -> float: ...
 
+@final
 class Lease:
     """One lease of one exit, from ``pool.lease(...)`` (a sync and async context manager,
     acquired on entering the block) or ``pool.acquire(...)``."""
@@ -137,9 +148,9 @@ class Lease:
         exception. ``error`` is an exception or ``"timeout"``, ``"connect"``, ``"proxy"``,
         ``"other"``. Invalid values raise :class:`InvalidInput` and record nothing."""
     def __enter__(self) -> "Lease": ...
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+    def __exit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
     async def __aenter__(self) -> "Lease": ...
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
+    async def __aexit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
 
 class OutcomeCounts(TypedDict):
     success: int
@@ -239,6 +250,20 @@ class Counts(TypedDict):
     waits: int
     outcomes: OutcomeCounts
 
+class FleetExit(TypedDict):
+    active: int
+    """Leases live now in every process."""
+    leases: int
+    outcomes: OutcomeCounts
+
+class StoreSnapshot(TypedDict):
+    url: str
+    """Credentials shown as ``[secure]``."""
+    online: bool
+    """False while the store does not answer (the pool serves from its own state)."""
+    exits: Dict[str, FleetExit]
+    """Fleet-wide figures by exit id (empty while the store does not answer)."""
+
 class Snapshot(TypedDict):
     version: int
     time: float
@@ -249,6 +274,8 @@ class Snapshot(TypedDict):
     matrix: Matrix
     sessions: int
     live_leases: int
+    store: Optional[StoreSnapshot]
+    """None for a pool of its own."""
 
 class Event(TypedDict):
     seq: int
@@ -256,7 +283,8 @@ class Event(TypedDict):
     kind: str
     """state_changed, ejection_refused, site_incident_opened, site_incident_closed,
     global_incident_opened, global_incident_closed, session_lost, lease_expired, warming_up,
-    benched, unbenched, recalibrated"""
+    benched, unbenched, recalibrated, exit_drifted, probe_failed, store_unavailable,
+    store_rejoined"""
     exit_id: Optional[str]
     site: Optional[str]
     from_: Optional[str]
@@ -270,6 +298,7 @@ class Recalibration(TypedDict):
     served: int
     safe: int
 
+@final
 class Pool:
     """A thread-safe pool of exits: ``with pool.lease("account-3f9") as exit:``.
 
@@ -279,15 +308,17 @@ class Pool:
     turns on bounded loads for new sessions; ``warmup`` (True, a ramp in seconds, or a dict
     of ``ramp``, ``initial_interval``, ``horizon``) spaces out a new key/exit pairing's first
     leases. ``clock`` replaces time for tests; ``seed`` makes ``p2c`` reproducible;
-    ``cooldown`` is the ``lru`` per-site cooldown.
+    ``cooldown`` is the ``lru`` per-site cooldown. ``store`` (``"memory://NAME"``,
+    ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
+    ``namespace``.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         exits: Iterable[Exit],
         *,
         strategy: Strategy = "weighted",
-        replicas: int = ...,
+        replicas: Optional[int] = None,
         session_ttl: float = 900.0,
         lease_ttl: float = 120.0,
         max_leases: Optional[int] = None,
@@ -298,7 +329,18 @@ class Pool:
         cooldown: float = 8.0,
         health: Optional[Mapping[str, float]] = None,
         calibrate: bool = False,
-    ) -> None: ...
+        store: Optional[str] = None,
+        namespace: str = "exitpool",
+    ) -> "Pool": ...
+    @classmethod
+    def from_config(cls, path: Union[str, "os.PathLike[str]"], **overrides: Any) -> "Pool":
+        """A pool from a TOML file: ``Pool(...)``'s keywords at the top level, exits from
+        ``exits_file`` (relative to the file) and ``[[exit]]`` tables. Mistakes raise
+        :class:`InvalidInput` naming the key and its line. ``overrides`` (keywords of
+        ``Pool(...)`` given in code, such as ``clock``) win over the file."""
+    @property
+    def store(self) -> Optional[str]:
+        """The shared store's URL (credentials masked), or None for a pool of its own."""
     def lease(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
         """A context manager (``with`` or ``async with``) leasing an exit for ``key``.
 
@@ -355,7 +397,7 @@ class Pool:
     def recalibrate(self) -> List[Recalibration]:
         """Set capacities from 24 h of measurement (needs ``calibrate=True``)."""
     def __len__(self) -> int: ...
-    def __contains__(self, item: Union[str, Exit]) -> bool: ...
+    def __contains__(self, item: Union[str, Exit], /) -> bool: ...
 
 def _parse_exits(lines: List[str]) -> List[Exit]: ...
 def _position(s: str) -> int: ...

@@ -255,10 +255,12 @@ impl PyPool {
 
     /// A pool built from a TOML file; the loader and its validation live in Python
     /// (`exitpool._config`), where `tomllib` is.
+    /// Keywords given here (a `clock`, a `store` for tests) win over the file's.
     #[classmethod]
-    fn from_config(cls: &Bound<'_, PyType>, path: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (path, **overrides))]
+    fn from_config(cls: &Bound<'_, PyType>, path: &Bound<'_, PyAny>, overrides: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
         let py = cls.py();
-        Ok(py.import("exitpool._config")?.getattr("from_config")?.call1((cls, path))?.unbind())
+        Ok(py.import("exitpool._config")?.getattr("from_config")?.call((cls, path), overrides)?.unbind())
     }
 
     /// A context manager (`with` and `async with`) that leases an exit for `key`.

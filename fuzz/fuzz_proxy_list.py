@@ -1,0 +1,128 @@
+"""Fuzz the proxy-list parser (`load_exits` on lines and files) and `Exit(...)`.
+
+Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit's URL parses back to the
+same exit; the planted password (see _plant.py) never appears in an error message, a repr, a
+str, a masked URL or an exit id. Inputs are capped (`-max_len`), so a hang is a finding too
+(`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options;
+/tmp/readme-fuzz.md (the README's "Fuzzing" section) has the commands.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
+import atheris
+
+with atheris.instrument_imports(include=["exitpool", "_plant"]):
+    import exitpool
+    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
+    from exitpool import Exit, InvalidInput, load_exits
+
+MAX_LINES = 8
+_TMP = tempfile.mkdtemp(prefix="exitpool-fuzz-")
+_FILE = os.path.join(_TMP, "proxies.txt")
+
+
+def _field(fdp) -> str:
+    name = fdp.PickValueInList(["id", "ip", "capacity", "country", "kind", "", "9x", "_a-b"])
+    if name == "capacity":
+        value = str(fdp.ConsumeIntInRange(-5, 20000)) if fdp.ConsumeBool() else fragment(fdp, 6)
+    elif name == "ip":
+        value = fdp.PickValueInList(["93.184.10.7", "2001:db8::7", "::1", "300.1.1.1"]) if fdp.ConsumeBool() else fragment(fdp, 8)
+    else:
+        value = fragment(fdp, 8)
+    return f"{name}={value}"
+
+
+def _planted_line(fdp, proxies) -> str:
+    tokens = []
+    if fdp.ConsumeBool():
+        tokens.append(fragment(fdp, 10, forbid="=#"))  # an id column
+    proxy = planted_proxy(fdp)
+    proxies.append(proxy)
+    tokens.append(proxy)
+    for _ in range(fdp.ConsumeIntInRange(0, 3)):
+        tokens.append(_field(fdp))
+    sep = fdp.PickValueInList([" ", "\t", "  "])
+    line = sep.join(t for t in tokens if t)
+    if fdp.ConsumeBool():
+        line += " # " + fragment(fdp, 10)
+    return line
+
+
+def _parse(lines, planted: bool, via_file: bool) -> None:
+    try:
+        if via_file:
+            with open(_FILE, "w", encoding="utf-8", newline="") as f:
+                f.write("\n".join(lines))
+            exits = load_exits(_FILE)
+        else:
+            exits = load_exits(lines)
+    except InvalidInput as e:
+        if planted:
+            check_no_plant("an error message", str(e))
+        return
+    except UnicodeEncodeError:
+        return  # the fuzzer's own write of an unencodable line, never the parser
+    ids = [e.exit_id for e in exits]
+    if len(set(ids)) != len(ids):
+        raise CheckFailed(f"duplicate ids accepted: {ids!r}")
+    for e in exits:
+        check_exit(e, planted)
+
+
+def _exit(fdp) -> None:
+    planted = fdp.ConsumeBool()
+    proxy = planted_proxy(fdp) if planted else fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 60))
+    kwargs = {}
+    if fdp.ConsumeBool():
+        kwargs["ip"] = fragment(fdp, 16)
+    if fdp.ConsumeBool():
+        kwargs["capacity"] = fdp.ConsumeIntInRange(-(2**70), 2**70) if fdp.ConsumeBool() else fdp.ConsumeIntInRange(-2, 12)
+    if fdp.ConsumeBool():
+        kwargs["tags"] = {fragment(fdp, 6): fragment(fdp, 6) for _ in range(fdp.ConsumeIntInRange(0, 3))}
+    exit_id = fragment(fdp, 12) if planted else fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 12))
+    try:
+        e = Exit(exit_id, proxy, **kwargs)
+    except InvalidInput as err:
+        if planted:
+            check_no_plant("an error message", str(err))
+        return
+    check_exit(e, planted)
+
+
+def TestOneInput(data: bytes) -> None:
+    # The first byte picks the kind of input; text seeds (fuzz/seeds/proxy_list/) start with
+    # a printable one and are read as they are.
+    kind, rest = data[:1], data[1:]
+    if kind == b"\x00":  # lines in the shapes users have, with the planted password
+        fdp = atheris.FuzzedDataProvider(rest)
+        proxies = []
+        lines = [_planted_line(fdp, proxies) for _ in range(fdp.ConsumeIntInRange(1, MAX_LINES))]
+        _parse(lines, planted=True, via_file=fdp.ConsumeBool())
+    elif kind == b"\x01":
+        _exit(atheris.FuzzedDataProvider(rest))
+    elif kind == b"\x02":  # raw bytes through a file, where the BOM and the encoding are read too
+        with open(_FILE, "wb") as f:
+            f.write(rest)
+        try:
+            exits = load_exits(_FILE)
+        except InvalidInput:
+            return
+        for e in exits:
+            check_exit(e, planted=False)
+    else:  # raw text, as lines
+        _parse(data.decode("utf-8", "replace").splitlines()[:64], planted=False, via_file=False)
+
+
+def main() -> None:
+    assert PLANT not in repr(exitpool.__version__)
+    atheris.Setup(sys.argv, TestOneInput)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

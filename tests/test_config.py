@@ -1,0 +1,519 @@
+"""`Pool.from_config("exitpool.toml")`: every option of the file reaches the pool and shows in
+its behaviour, exits come from a proxy-list file (relative to the TOML file) and `[[exit]]`
+tables, and every mistake raises InvalidInput naming the key and its line, never a password.
+Time-dependent options run on a ManualClock, given as an override in code."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import exitpool
+from exitpool import Cooling, Exit, InvalidInput, ManualClock, NoExitAvailable, Pool, Ring, WarmingUp, load_exits
+from exitpool._config import from_config as _from_config
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+PASSWORD = "hunter2-S3CRET"
+LIST = f"""\
+# the provider's list
+gw.example:8000:user-a:{PASSWORD}
+sess-b http://user-b:{PASSWORD}@gw.example:8001 country=DE capacity=2
+"""
+
+
+def write(directory, text, name="exitpool.toml"):
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def config(tmp_path, text, exits=True):
+    """A config file; with `exits`, it also reads a two-exit proxy list beside it."""
+    if exits:
+        write(tmp_path, LIST, "proxies.txt")
+        text = 'exits_file = "proxies.txt"\n' + textwrap.dedent(text)
+    return write(tmp_path, text)
+
+
+def summary(exits):
+    return [(e.exit_id, e.proxy, e.ip, e.capacity, e.tags) for e in exits]
+
+
+def leased_ids(pool, n, **kw):
+    out = []
+    for _ in range(n):
+        with pool.lease(**kw) as lease:
+            out.append(lease.exit_id)
+    return out
+
+
+# --- every option, as Pool(...) receives it ---
+
+
+EVERY_OPTION = """\
+strategy = "p2c"
+replicas = 40
+session_ttl = 600
+lease_ttl = 30.5
+max_leases = 4
+balance_factor = 1.25
+seed = 7
+cooldown = 2
+calibrate = true
+
+[warmup]
+ramp = 900
+initial_interval = 20
+horizon = 3600
+
+[health]
+consecutive = 4
+degrade_at = 1.5
+block_weight = 2
+connect_weight = 1.5
+window = 32
+min_calls = 12
+failure_rate = 0.4
+captcha_rate = 0.2
+captcha_consecutive = 2
+recover_successes = 6
+half_open_trials = 2
+base_ejection = 20
+max_ejection = 300
+jitter = 0.1
+min_hold = 5
+forgive_after = 300
+dead_after = 4
+max_ejected = 0.5
+min_in_service = 2
+incident_fraction = 0.6
+incident_min_exits = 4
+incident_interval = 0.5
+rate_limit_cooldown = 15
+
+[[exit]]
+id = "sess-c"
+proxy = "socks5://user-c:{password}@10.0.0.3:1080"
+ip = "198.51.100.3"
+capacity = 3
+tags = {{ country = "FR", kind = "mobile" }}
+"""
+
+
+def test_every_option_reaches_pool_as_written(tmp_path):
+    calls = []
+
+    def spy(exits, **options):
+        calls.append((exits, options))
+        return Pool(exits, **options)
+
+    path = config(tmp_path, EVERY_OPTION.format(password=PASSWORD))
+    pool = _from_config(spy, path)
+    assert isinstance(pool, Pool)
+    exits, options = calls[-1]
+    assert options == {
+        "strategy": "p2c",
+        "replicas": 40,
+        "session_ttl": 600,
+        "lease_ttl": 30.5,
+        "max_leases": 4,
+        "balance_factor": 1.25,
+        "seed": 7,
+        "cooldown": 2,
+        "calibrate": True,
+        "warmup": {"ramp": 900, "initial_interval": 20, "horizon": 3600},
+        "health": {
+            "consecutive": 4, "degrade_at": 1.5, "block_weight": 2, "connect_weight": 1.5, "window": 32,
+            "min_calls": 12, "failure_rate": 0.4, "captcha_rate": 0.2, "captcha_consecutive": 2,
+            "recover_successes": 6, "half_open_trials": 2, "base_ejection": 20, "max_ejection": 300,
+            "jitter": 0.1, "min_hold": 5, "forgive_after": 300, "dead_after": 4, "max_ejected": 0.5,
+            "min_in_service": 2, "incident_fraction": 0.6, "incident_min_exits": 4, "incident_interval": 0.5,
+            "rate_limit_cooldown": 15,
+        },
+    }
+    # The list first, then the tables, each exactly as load_exits and Exit make them.
+    assert summary(exits) == summary(load_exits(tmp_path / "proxies.txt")) + [
+        ("sess-c", f"socks5://user-c:{PASSWORD}@10.0.0.3:1080", "198.51.100.3", 3, {"country": "FR", "kind": "mobile"})
+    ]
+    assert summary(pool.exits) == summary(exits)
+
+
+def test_store_and_namespace_are_passed_only_when_written(tmp_path):
+    seen = []
+
+    def spy(exits, **options):
+        seen.append(options)
+        return "built"
+
+    assert _from_config(spy, config(tmp_path, 'strategy = "lru"\n')) == "built"
+    assert seen[-1] == {"strategy": "lru"}
+    text = 'store = "redis://127.0.0.1:6379/0"\nnamespace = "fleet-a"\n'
+    assert _from_config(spy, config(tmp_path, text)) == "built"
+    assert seen[-1] == {"store": "redis://127.0.0.1:6379/0", "namespace": "fleet-a"}
+
+
+def test_overrides_in_code_win_over_the_file(tmp_path):
+    clock = ManualClock(100.0)
+    pool = _from_config(Pool, config(tmp_path, 'strategy = "lru"\n'), clock=clock, strategy="round_robin")
+    assert pool.now() == 100.0
+    assert leased_ids(pool, 4) == ["user-a@gw.example:8000", "sess-b"] * 2
+
+
+# --- each option shows in the pool's behaviour ---
+
+
+def test_defaults_when_the_file_sets_only_exits(tmp_path):
+    pool = Pool.from_config(config(tmp_path, ""))
+    assert repr(pool) == "Pool(2 exits, strategy='weighted')"
+    keys = [f"account-{i}" for i in range(300)]
+    assert [pool.assign(k).exit_id for k in keys] == [e.exit_id for e in Ring(pool.exits).assign_many(keys)]
+
+
+def test_strategy(tmp_path):
+    pool = Pool.from_config(config(tmp_path, 'strategy = "round_robin"\n'))
+    assert repr(pool) == "Pool(2 exits, strategy='round_robin')"
+    with pool.lease() as lease:
+        assert lease.strategy == "round_robin"
+    # Capacities 1 and 2: weighted would give sess-b two leases in three; round-robin alternates.
+    assert leased_ids(pool, 4) == ["sess-b", "user-a@gw.example:8000"] * 2
+
+
+def test_replicas(tmp_path):
+    pool = Pool.from_config(config(tmp_path, "replicas = 3\n"))
+    keys = [f"account-{i}" for i in range(500)]
+    want = [e.exit_id for e in Ring(pool.exits, replicas=3).assign_many(keys)]
+    assert [pool.assign(k).exit_id for k in keys] == want
+    assert want != [e.exit_id for e in Ring(pool.exits).assign_many(keys)]
+
+
+def test_session_ttl(tmp_path):
+    clock = ManualClock()
+    pool = _from_config(Pool, config(tmp_path, "session_ttl = 60\n"), clock=clock)
+    with pool.lease("account-1") as lease:
+        home = lease.exit_id
+    clock.advance(59)
+    assert pool.bench(home) == ["account-1"]  # still live: it would move when it ends
+    pool.unbench(home)
+    clock.advance(1.5)
+    assert pool.bench(home) == []
+
+
+def test_lease_ttl_and_max_leases(tmp_path):
+    clock = ManualClock()
+    pool = _from_config(Pool, config(tmp_path, "lease_ttl = 10\nmax_leases = 2\n"), clock=clock)
+    held = [pool.acquire(site="s") for _ in range(4)]  # two per exit
+    assert sorted(lease.exit_id for lease in held) == ["sess-b", "sess-b", "user-a@gw.example:8000", "user-a@gw.example:8000"]
+    with pytest.raises(NoExitAvailable):
+        pool.acquire(timeout=0)
+    clock.advance(10.5)  # the four were never released: they expire
+    assert pool.acquire(timeout=0).active
+
+
+def test_balance_factor(tmp_path):
+    plain = Pool.from_config(config(tmp_path, ""))
+    crowded = [k for k in (f"account-{i}" for i in range(400)) if plain.assign(k).exit_id == "sess-b"][:40]
+    pool = Pool.from_config(config(tmp_path, "balance_factor = 1.1\n"))
+    how = [pool.acquire(k).strategy for k in crowded]
+    assert "ring_bounded" in how
+    sessions = {row["exit_id"]: row["sessions"] for row in pool.snapshot()["exits"]}
+    # sess-b has capacity 2 of 3: its bound is ceil(1.1 * 2/3 * live sessions) at most 30.
+    assert sessions["sess-b"] <= 30 and sessions["user-a@gw.example:8000"] >= 10
+
+
+def test_warmup_table(tmp_path):
+    clock = ManualClock()
+    text = "[warmup]\nramp = 600\ninitial_interval = 30\nhorizon = 3600\n"
+    pool = _from_config(Pool, config(tmp_path, text), clock=clock)
+
+    def lease():
+        with pool.lease("account-1"):
+            pass
+
+    lease()
+    with pytest.raises(WarmingUp) as e:
+        lease()
+    assert e.value.retry_after == pytest.approx(30.0)  # initial_interval
+    clock.advance(601)
+    lease()
+    lease()  # the ramp is over at 600 s (the default 1800 s would still space them)
+    clock.advance(3601)
+    lease()  # unused for longer than the horizon: a new pairing, slow again
+    with pytest.raises(WarmingUp):
+        lease()
+
+
+@pytest.mark.parametrize(("value", "interval"), [("true", 60.0), ("900", 60.0)])
+def test_warmup_switch_or_ramp(tmp_path, value, interval):
+    pool = Pool.from_config(config(tmp_path, f"warmup = {value}\n"))
+    with pool.lease("account-1"):
+        pass
+    with pytest.raises(WarmingUp) as e:
+        with pool.lease("account-1"):
+            pass
+    assert 0 < e.value.retry_after <= interval
+    off = Pool.from_config(config(tmp_path, "warmup = false\n"))
+    assert leased_ids(off, 2, key="account-1")[0] == leased_ids(off, 1, key="account-1")[0]
+
+
+def test_seed(tmp_path):
+    exits = [Exit(f"e{i}", f"http://gw.example:{9000 + i}") for i in range(8)]
+    lines = "".join(f"e{i} http://gw.example:{9000 + i}\n" for i in range(8))
+    write(tmp_path, lines, "eight.txt")
+    path = write(tmp_path, 'exits_file = "eight.txt"\nstrategy = "p2c"\nseed = 7\n')
+    picks = [leased_ids(Pool.from_config(path), 40) for _ in range(2)]
+    assert picks[0] == picks[1] == leased_ids(Pool(exits, strategy="p2c", seed=7), 40)
+    assert picks[0] != leased_ids(Pool(exits, strategy="p2c", seed=8), 40)
+
+
+def test_cooldown(tmp_path):
+    clock = ManualClock()
+    pool = _from_config(Pool, config(tmp_path, 'strategy = "lru"\ncooldown = 3\n'), clock=clock)
+    leased_ids(pool, 2, site="shop.example")
+    with pytest.raises(Cooling) as e:
+        leased_ids(pool, 1, site="shop.example")
+    assert e.value.retry_after == pytest.approx(3.0)
+
+
+def test_health(tmp_path):
+    pool = Pool.from_config(config(tmp_path, "[health]\nconsecutive = 2\nmax_ejected = 0.5\n"))
+    home = pool.assign("account-1").exit_id
+    for _ in range(2):
+        pool.release(pool.acquire("account-1", site="shop.example"), error="timeout")
+    assert pool.state(home, site="shop.example") == "quarantined"  # the default takes 5
+
+
+def test_store_and_namespace(tmp_path):
+    shared = config(tmp_path, 'store = "memory://config-test"\nnamespace = "fleet-a"\nmax_leases = 1\n')
+    a, b = Pool.from_config(shared), Pool.from_config(shared)
+    assert a.store == 'memory://config-test (namespace "fleet-a")'
+    held = [a.acquire(), a.acquire()]  # both exits, one lease each
+    with pytest.raises(NoExitAvailable):
+        b.acquire(timeout=0)  # the same store and namespace: the same leases
+    other = Pool.from_config(config(tmp_path, 'store = "memory://config-test"\nnamespace = "fleet-b"\nmax_leases = 1\n'))
+    assert other.acquire(timeout=0).active
+    assert all(lease.active for lease in held)
+
+
+def test_calibrate(tmp_path):
+    with pytest.raises(InvalidInput, match="calibrate=True"):
+        Pool.from_config(config(tmp_path, "")).recalibrate()
+    assert Pool.from_config(config(tmp_path, "calibrate = true\n")).recalibrate() == []
+
+
+# --- exits ---
+
+
+def test_exits_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    write(tmp_path / "lists", LIST, "proxies.txt")
+    path = write(tmp_path / "conf", 'exits_file = "../lists/proxies.txt"\n')
+    monkeypatch.chdir(tmp_path)  # from here, ../lists/proxies.txt does not exist
+    assert summary(Pool.from_config(path).exits) == summary(load_exits(tmp_path / "lists" / "proxies.txt"))
+    assert summary(Pool.from_config(str(path)).exits) == summary(load_exits(tmp_path / "lists" / "proxies.txt"))
+
+
+def test_exit_tables(tmp_path):
+    path = write(
+        tmp_path,
+        f"""\
+        [[exit]]
+        proxy = "http://user-d:{PASSWORD}@gw.example:8003"
+
+        [[exit]]
+        id = "static-1"
+        proxy = "https://gw.example:8443"
+        ip = "2001:db8::7"
+        capacity = 2
+        [exit.tags]
+        country = "DE"
+        """,
+    )
+    pool = Pool.from_config(path)
+    # Without an id, the same id a proxy list gives: user@host:port, which a new password keeps.
+    (listed,) = load_exits([f"http://user-d:{PASSWORD}@gw.example:8003"])
+    assert summary([pool.exit(listed.exit_id)]) == summary([listed])
+    static = pool.exit("static-1")
+    assert (static.proxy, static.ip, static.capacity, static.tags) == ("https://gw.example:8443", "2001:db8::7", 2, {"country": "DE"})
+    assert [e.exit_id for e in pool.subset(country="DE").exits] == ["static-1"]
+
+
+def test_a_config_file_that_cannot_be_opened_raises_like_open(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        Pool.from_config(tmp_path / "missing.toml")
+
+
+def test_a_byte_order_mark_is_fine(tmp_path):
+    write(tmp_path, LIST, "proxies.txt")
+    path = tmp_path / "exitpool.toml"
+    path.write_bytes(b'\xef\xbb\xbfexits_file = "proxies.txt"\nstrategy = "lru"\n')
+    assert repr(Pool.from_config(path)) == "Pool(2 exits, strategy='lru')"
+
+
+# --- errors: the key, the line, no password ---
+
+# (file text after the exits_file line, key, line, a fragment of the message). Line 1 is
+# `exits_file = "proxies.txt"`.
+BAD_OPTIONS = [
+    ('stratgy = "lru"', "stratgy", 2, "unknown key"),
+    ("clock = 1", "clock", 2, "unknown key"),
+    ('strategy = "fastest"', "strategy", 2, "is not one of"),
+    ("strategy = 1", "strategy", 2, "must be a string, got 1"),
+    ("replicas = 0", "replicas", 2, "replicas"),
+    ("replicas = 2.5", "replicas", 2, "must be a whole number, got 2.5"),
+    ("session_ttl = 0", "session_ttl", 2, "> 0"),
+    ('session_ttl = "15m"', "session_ttl", 2, "must be a number, got the string '15m'"),
+    ("lease_ttl = -1", "lease_ttl", 2, "> 0"),
+    ("lease_ttl = nan", "lease_ttl", 2, "finite"),
+    ("max_leases = 0", "max_leases", 2, "leave it out for no limit"),
+    ("max_leases = true", "max_leases", 2, "must be a whole number, got true"),
+    ("balance_factor = 0.9", "balance_factor", 2, "> 1"),
+    ("seed = -1", "seed", 2, "0..="),
+    ("seed = 1979-05-27", "seed", 2, "a date"),
+    ("cooldown = -0.5", "cooldown", 2, ">= 0"),
+    ('calibrate = "yes"', "calibrate", 2, "true or false"),
+    ('warmup = "slow"', "warmup", 2, "a ramp in seconds"),
+    ("[warmup]\nramp = 600\nsteep = 2", "warmup.steep", 4, "no setting"),
+    ("[warmup]\nramp = -5", "warmup.ramp", 3, "> 0"),
+    ("warmup = { ramp = 600, horizon = 60 }", "warmup.horizon", 2, "at least its ramp"),
+    ('[warmup]\ninitial_interval = "1m"', "warmup.initial_interval", 3, "must be a number"),
+    ("health = 5", "health", 2, "[health] table"),
+    ("[health]\nconsecutive = 5\nwindow = 70", "health.window", 4, "1..=64"),
+    ("[health]\nwindow = 8", "health.window", 3, "min_calls"),
+    ("[health]\nmin_calls = 30", "health.min_calls", 3, "min_calls 30"),
+    ("[health]\nbase_ejection = 700", "health.base_ejection", 3, "below base_ejection"),
+    ("[health]\nconsecutve = 3", "health.consecutve", 3, "no setting"),
+    ("[health]\njitter = 1.0", "health.jitter", 3, "[0, 1)"),
+    ("[health]\ndead_after = 2.5", "health.dead_after", 3, "whole number"),
+    ("[health]\nfailure_rate = false", "health.failure_rate", 3, "must be a number, got false"),
+    ("health.degrade_at = 9", "health.degrade_at", 2, "above consecutive"),
+    ('store = "ftp://gw.example:21"', "store", 2, "is not a store URL"),
+    ("store = true", "store", 2, "must be a string"),
+    ('store = "memory://x"\nnamespace = ""', "namespace", 3, "1 to 200 characters"),
+    ("namespace = 5", "namespace", 2, "must be a string"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "line", "fragment"), BAD_OPTIONS, ids=[b[1] + ":" + b[3] for b in BAD_OPTIONS])
+def test_a_bad_option_names_its_key_and_line(tmp_path, text, key, line, fragment):
+    path = config(tmp_path, text + "\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:{line}: {key}: "), message
+    assert fragment in message
+
+
+def exit_table(*fields):
+    return "[[exit]]\n" + "".join(f + "\n" for f in fields)
+
+
+PROXY = f'proxy = "http://user:{PASSWORD}@gw.example:8000"'
+BAD_EXITS = [
+    (exit_table(PROXY, "port = 1"), "exit[0].port", 3, "unknown key"),
+    (exit_table('id = "a"'), "exit[0]", 1, "needs a proxy"),
+    (exit_table(f'proxy = "ftp://user:{PASSWORD}@gw.example:21"'), "exit[0].proxy", 2, "ftp://user:[secure]@gw.example:21"),
+    (exit_table(f'proxy = "http://user:{PASSWORD}@gw.example:99999"'), "exit[0].proxy", 2, "[secure]"),
+    (exit_table(f'proxy = "gw.example:8000:user:{PASSWORD}"'), "exit[0].proxy", 2, "gw.example:8000:user:[secure]"),
+    (exit_table("proxy = 8000"), "exit[0].proxy", 2, "must be a proxy URL string"),
+    (exit_table(PROXY, 'ip = "gw.example"'), "exit[0].ip", 3, "not an IP address"),
+    (exit_table(PROXY, "capacity = -1"), "exit[0].capacity", 3, "-1 is outside"),
+    (exit_table(PROXY, 'capacity = "3"'), "exit[0].capacity", 3, "whole number"),
+    (exit_table(PROXY, "tags = { country = 49 }"), "exit[0].tags.country", 3, "must be a string"),
+    (exit_table(PROXY, 'tags = "DE"'), "exit[0].tags", 3, "must be a table"),
+    (exit_table(PROXY, 'id = " padded"'), "exit[0].id", 3, "surrounding spaces"),
+    (exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")), "exit[1]", 4, "duplicate exit id 'user@gw.example:8000'"),
+    ("exit = 5", "exit", 1, "must be [[exit]] tables"),
+    ('exits_file = "nowhere.txt"', "exits_file", 1, "does not exist"),
+    ('exits_file = "."', "exits_file", 1, "is not a file"),
+    ("exits_file = ['a.txt']", "exits_file", 1, "must be a path"),
+    ('exits_file = "empty.txt"', "exits_file", 1, "holds no exits"),
+    ('exits_file = "bad.txt"', "exits_file", 1, "line 2: bad proxy"),
+    ('exits_file = "dup.txt"\n' + exit_table('id = "sess-b"', PROXY), "exit[0]", 2, "also at exits_file"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "line", "fragment"), BAD_EXITS, ids=[b[1] + ":" + b[3] for b in BAD_EXITS])
+def test_a_bad_exit_names_its_key_and_line(tmp_path, text, key, line, fragment):
+    write(tmp_path, "", "empty.txt")
+    write(tmp_path, f"gw.example:1\nsocks4://user:{PASSWORD}@gw.example:2\n", "bad.txt")
+    write(tmp_path, "sess-b gw.example:1\n", "dup.txt")
+    path = write(tmp_path, text)
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:{line}: {key}: "), message
+    assert fragment in message
+    assert PASSWORD not in message
+
+
+def test_a_file_without_exits(tmp_path):
+    path = write(tmp_path, 'strategy = "lru"\n')
+    with pytest.raises(InvalidInput, match=r": no exits: set exits_file or add \[\[exit\]\] tables"):
+        Pool.from_config(path)
+
+
+def test_invalid_toml_names_the_line(tmp_path):
+    path = write(tmp_path, 'exits_file = "proxies.txt"\nstrategy = \n')
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert str(e.value).startswith(f"{path}:2: invalid TOML (key strategy): ")
+    path = write(tmp_path, 'exits_file = "a"\nexits_file = "b"\n')
+    with pytest.raises(InvalidInput, match=r":2: invalid TOML"):
+        Pool.from_config(path)
+
+
+def test_text_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "exitpool.toml"
+    path.write_bytes(b'exits_file = "proxies.txt"\nstrategy = "l\xffru"\n')
+    with pytest.raises(InvalidInput, match=r"exitpool.toml:2: not UTF-8"):
+        Pool.from_config(path)
+
+
+def test_every_error_is_an_exitpool_error_and_a_value_error(tmp_path):
+    path = config(tmp_path, "replicas = 0\n")
+    with pytest.raises(exitpool.Error):
+        Pool.from_config(path)
+    with pytest.raises(ValueError):
+        Pool.from_config(path)
+
+
+# A password where a user might paste a proxy URL by mistake: every message masks it. The
+# second item says whether the message shows the value (masked) at all.
+MISPLACED = [
+    (f'strategy = "http://user:{PASSWORD}@gw.example:8000"', True),
+    (f'replicas = "http://user:{PASSWORD}@gw.example:8000"', True),
+    (f'store = "ftp://user:{PASSWORD}@gw.example:21"', True),
+    (f'"http://user:{PASSWORD}@gw.example:8000" = 1', True),
+    (f'["socks5://user:{PASSWORD}@gw.example:1080"]\n["socks5://user:{PASSWORD}@gw.example:1080"]', True),
+    (f'session_ttl = "gw.example:8000:user:{PASSWORD}"', True),
+    (f'warmup = "http://user:{PASSWORD}"', True),
+    (f'[health]\n"user:{PASSWORD}@gw.example:8000" = 1', True),
+    (f'[[exit]]\nproxy = "http://user:{PASSWORD}@gw.example:8000"\n[exit.tags]\n"http://u:{PASSWORD}@h:1" = 1', True),
+    (f'strategy = "http://user:{PASSWORD}@gw.example:8000', False),
+    (f'[[exit]]\nproxy = "http://user:{PASSWORD}@gw.example:8000"\ncapacity = 10001', False),
+    (f'[[exit]]\nproxy = "http://user:{PASSWORD.replace("-", "%2D")}@gw.example:8000"\nip = "x"', False),
+]
+
+
+@pytest.mark.parametrize(("text", "shown"), MISPLACED)
+def test_no_password_in_any_error(tmp_path, text, shown):
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(config(tmp_path, text + "\n"))
+    message = str(e.value)
+    assert PASSWORD not in message and PASSWORD.replace("-", "%2D") not in message
+    assert ("[secure]" in message) == shown, message
+
+
+def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
+    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    assert blocks, "the README shows an exitpool.toml in a ```toml block"
+    keywords = re.findall(r"(\w+)=", Pool.__text_signature__)
+    documented = "\n".join(blocks)
+    missing = [k for k in keywords if k != "clock" and not re.search(rf"^(#? ?{k} =|\[{k}\])", documented, flags=re.M)]
+    assert not missing
+    for block in blocks:
+        write(tmp_path, "gw.example:8000\n", "proxies.txt")
+        assert len(Pool.from_config(write(tmp_path, block))) >= 1

@@ -1,0 +1,164 @@
+"""Packaging: the sdist holds everything a build needs, its build-system is complete (pip builds
+its metadata in an isolated environment), the stubs match the native module (mypy.stubtest),
+and the installed package imports and leases on the oldest CPython this machine has.
+
+Installing the sdist compiles the whole crate in release (LTO), which takes minutes; that is
+checked by hand (see the README's packaging notes), not here."""
+
+from __future__ import annotations
+
+import email
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import exitpool
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def tool(name):
+    """A console script of the test environment (the test extra installs maturin and mypy)."""
+    path = BIN / name
+    assert path.exists(), f"{name} is not installed beside {sys.executable}: pip install '.[test]'"
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sdist")
+    r = subprocess.run([tool("maturin"), "sdist", "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (path,) = out.glob("exitpool-*.tar.gz")
+    return path
+
+
+def members(sdist):
+    with tarfile.open(sdist) as tar:
+        names = tar.getnames()
+    top = names[0].split("/")[0]
+    return top, {n[len(top) + 1 :] for n in names if n.startswith(top + "/")}
+
+
+def test_the_sdist_holds_what_a_build_needs(sdist):
+    top, files = members(sdist)
+    assert top == f"exitpool-{exitpool.__version__}"
+    needed = {"Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md", "PKG-INFO",
+              "python/exitpool/_core.pyi", "python/exitpool/py.typed"}
+    # Every source file of the crate and of the package, as the working tree has them.
+    for pattern in ("src/**/*.rs", "src/**/*.lua", "python/exitpool/*.py"):
+        needed |= {str(Path(p).relative_to(ROOT)) for p in glob.glob(str(ROOT / pattern), recursive=True)}
+    assert "src/lib.rs" in needed and "python/exitpool/_config.py" in needed
+    assert needed <= files, sorted(needed - files)
+    # Nothing built: no compiled module, nothing from target/.
+    assert not [f for f in files if f.endswith((".so", ".pyd", ".dll")) or f.startswith("target/")]
+
+
+def test_the_sdist_metadata(sdist):
+    top, _ = members(sdist)
+    with tarfile.open(sdist) as tar:
+        meta = email.message_from_bytes(tar.extractfile(f"{top}/PKG-INFO").read())
+    assert meta["Name"] == "exitpool"
+    assert meta["Version"] == exitpool.__version__
+    assert meta["Requires-Python"] == ">=3.9"
+
+
+def test_the_build_system_is_complete(sdist, tmp_path):
+    # pip builds the metadata in an isolated environment holding only what
+    # [build-system] requires: if the backend or a build requirement were missing, this fails
+    # (and users would need --no-build-isolation).
+    report = tmp_path / "report.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
+         "--report", str(report), str(sdist)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    (item,) = json.loads(report.read_text())["install"]
+    assert (item["metadata"]["name"], item["metadata"]["version"]) == ("exitpool", exitpool.__version__)
+
+
+def test_tomli_is_a_dependency_where_tomllib_is_missing():
+    # Pool.from_config reads TOML with tomllib (3.11+) and tomli before that.
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(re.match(r"tomli\b.*;\s*python_version\s*<\s*['\"]3\.11['\"]", d) for d in deps), deps
+
+
+def test_the_stubs_match_the_native_module():
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "exitpool._core", "--allowlist", str(ROOT / "tests" / "stubtest-allowlist.txt")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def interpreters():
+    """The CPython interpreters this machine has, by version (one per minor version)."""
+    found = {}
+    candidates = [sys.executable] + glob.glob("/usr/bin/python3.*") + glob.glob("/usr/local/bin/python3.*")
+    candidates += glob.glob(os.path.expanduser("~/.pyenv/versions/*/bin/python3"))
+    for exe in candidates:
+        if not re.search(r"python3(\.\d+)?$", exe) or not os.access(exe, os.X_OK):
+            continue
+        r = subprocess.run([exe, "-c", "import sys, platform; print(platform.python_implementation(), *sys.version_info[:2])"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0:
+            impl, major, minor = r.stdout.split()
+            if impl == "CPython":
+                found.setdefault((int(major), int(minor)), exe)
+    return found
+
+
+SMOKE = textwrap.dedent(
+    """
+    import asyncio, sys
+    import exitpool
+    from exitpool import Exit, Pool, load_exits
+    pool = Pool(load_exits(["gw.example:8000:user:pw", "sess-b http://u:pw@gw.example:8001"]), strategy="round_robin")
+    with pool.lease("account-1", site="shop.example") as lease:
+        lease.report(status=200, latency=0.1)
+    async def main():
+        async with pool.lease() as lease:
+            return lease.exit_id
+    assert asyncio.run(main()) in ("user@gw.example:8000", "sess-b")
+    assert "pw" not in repr(pool.exits)
+    # Pool.from_config: tomllib from 3.11, tomli before (a dependency there); without either
+    # it says what to install.
+    with open("exitpool.toml", "w") as f:
+        f.write('strategy = "lru"\\n[[exit]]\\nproxy = "http://u:pw@gw.example:8000"\\n')
+    try:
+        print(repr(Pool.from_config("exitpool.toml")))
+    except ModuleNotFoundError as e:
+        assert sys.version_info < (3, 11) and "pip install tomli" in str(e), e
+        print("needs-tomli")
+    print(".".join(map(str, sys.version_info[:2])), exitpool.__version__)
+    """
+)
+
+
+def test_the_package_imports_on_the_oldest_cpython_here(tmp_path):
+    versions = interpreters()
+    oldest = min(v for v in versions if v >= (3, 9))
+    # The abi3 module built for this environment, with the package beside it.
+    package_dir = Path(exitpool.__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(package_dir), PYTHONNOUSERSITE="1")
+    r = subprocess.run([versions[oldest], "-s", "-c", SMOKE], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config, versions_line = r.stdout.strip().splitlines()
+    assert config in ("Pool(1 exits, strategy='lru')", "needs-tomli")
+    assert versions_line.split() == [f"{oldest[0]}.{oldest[1]}", exitpool.__version__]
