@@ -47,7 +47,18 @@ impl Trial {
 struct Incident {
     opened: f64,
     next_lease: f64,
+    /// Shared by another worker of the fleet: it holds until then (or until that worker
+    /// closes it), whatever this worker's own evidence says.
+    remote_until: f64,
+    /// Opened here, in a fleet: when to tell the fleet again that it is still open.
+    republish_at: f64,
 }
+
+/// How long a site incident shared by another worker holds without news from it; the worker
+/// that opened it says so again every half of this while it stays open.
+pub const INCIDENT_HOLD: f64 = 60.0;
+/// The exit handle that marks an outbox verdict as being about the site itself (an incident).
+pub const SITE_VERDICT: u32 = u32::MAX;
 
 #[derive(Debug, Default)]
 struct SiteHealth {
@@ -381,7 +392,10 @@ impl Fleet {
         let sh = &mut self.sites[site as usize];
         match sh.incident {
             None if sh.failing >= threshold => {
-                sh.incident = Some(Incident { opened: now, next_lease: now });
+                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: f64::NEG_INFINITY, republish_at: now + INCIDENT_HOLD / 2.0 });
+                if let Some(outbox) = &mut self.outbox {
+                    outbox.push((SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD));
+                }
                 sh.incidents += 1;
                 let failing = sh.failing;
                 self.events.push(
@@ -392,9 +406,13 @@ impl Fleet {
                     format!("{failing} exits are failing this site at once (threshold {threshold}): the site is at fault; no exit is judged for it and its leases are spaced {} s apart", self.cfg.incident_interval),
                 );
             }
-            // Hysteresis: it closes only when fewer than half as many still fail.
-            Some(inc) if sh.failing * 2 < threshold => {
+            // Hysteresis: it closes only when fewer than half as many still fail (here, and,
+            // for an incident another worker opened, there: its word or its silence).
+            Some(inc) if sh.failing * 2 < threshold && now >= inc.remote_until => {
                 sh.incident = None;
+                if let Some(outbox) = &mut self.outbox {
+                    outbox.push((SITE_VERDICT, Some(site), State::Healthy, 0.0));
+                }
                 let failing = sh.failing;
                 self.events.push(
                     now,
@@ -404,7 +422,36 @@ impl Fleet {
                     format!("{failing} exits still failing this site; incident over after {:.1} s", now - inc.opened),
                 );
             }
+            Some(inc) if inc.remote_until < now && now >= inc.republish_at => {
+                if let Some(outbox) = &mut self.outbox {
+                    outbox.push((SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD));
+                }
+                if let Some(i) = sh.incident.as_mut() {
+                    i.republish_at = now + INCIDENT_HOLD / 2.0;
+                }
+            }
             _ => {}
+        }
+    }
+
+    /// A site incident another worker opened (`open`) or closed, applied here.
+    pub fn impose_incident(&mut self, site: u32, open: bool, hold: f64, now: f64) {
+        self.ensure_site(site);
+        let sh = &mut self.sites[site as usize];
+        match (&mut sh.incident, open) {
+            (Some(inc), true) => inc.remote_until = now + hold,
+            (None, true) => {
+                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: now + hold, republish_at: f64::INFINITY });
+                sh.incidents += 1;
+                self.events.push(now, EventKind::SiteIncidentOpened, None, Some(site), "opened by another worker of the fleet: no exit is judged for this site and its leases are spaced out".to_owned());
+            }
+            (Some(inc), false) => {
+                // Its opener saw it end; this worker's own evidence may still keep it open.
+                inc.remote_until = f64::NEG_INFINITY;
+                let threshold = self.incident_threshold(self.tunnel.len() as u32);
+                self.judge_incident(site, threshold, now);
+            }
+            (None, false) => {}
         }
     }
 

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
-use crate::fleet::{Admit, Fleet, Probe};
+use crate::fleet::{Admit, Fleet, Probe, SITE_VERDICT};
 use crate::health::{HealthConfig, Reason, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
@@ -1152,6 +1152,13 @@ impl Pool {
         let Ok((verdicts, last)) = r else { return };
         let mut st = self.state.lock();
         for v in verdicts.iter().filter(|v| v.origin != sh.origin) {
+            if v.exit.is_empty() {
+                if !v.site.is_empty() && v.site != UNSCOPED {
+                    let site = st.site_id(Some(&v.site));
+                    st.fleet.impose_incident(site, v.state == Health::Quarantined, v.hold, now);
+                }
+                continue;
+            }
             let Some(&h) = st.by_id.get(&v.exit) else { continue };
             if st.exits[h as usize].removed {
                 continue;
@@ -1184,7 +1191,8 @@ impl Pool {
                 .into_iter()
                 .map(|(h, site, state, hold)| {
                     let v = Verdict {
-                        exit: st.exits[h as usize].exit.id.clone(),
+                        // A site's own verdict (an incident) names no exit.
+                        exit: if h == SITE_VERDICT { String::new() } else { st.exits[h as usize].exit.id.clone() },
                         site: match site {
                             None => String::new(),
                             Some(0) => UNSCOPED.to_owned(),
@@ -1205,7 +1213,7 @@ impl Pool {
             if !self.heard(sh, r.as_ref().map(drop).map_err(Clone::clone), now) {
                 return;
             }
-            if r == Ok(false) {
+            if r == Ok(false) && h != SITE_VERDICT {
                 let mut st = self.state.lock();
                 if st.fleet.state(h, site) == v.state {
                     st.fleet.impose(h, site, Health::Degraded, 0.0, now, Reason::FleetCapRefused);

@@ -68,3 +68,31 @@ fn a_quarantine_reached_by_one_worker_reaches_the_others() {
     let ev = pools[1].events(0);
     assert!(ev.iter().any(|e| e.message.contains("another worker")), "{ev:?}");
 }
+
+#[test]
+fn a_site_incident_seen_by_one_worker_spares_the_exits_of_every_worker() {
+    let (pools, clock) = fleet(2, Config::default());
+    let site = Some("shop.example");
+    let r503 = Report::new(Some(503), None, false, None, None).unwrap();
+    // Worker 0: the site answers 503 through every exit: an incident, the site's fault.
+    for _ in 0..40 {
+        let g = pools[0].try_acquire(0, None, site).unwrap_or_else(|r| panic!("{r:?}"));
+        pools[0].release(g.id, &r503);
+        if !pools[0].snapshot().pool.incidents.is_empty() {
+            break;
+        }
+        clock.advance(0.01).unwrap();
+    }
+    assert_eq!(pools[0].snapshot().pool.incidents, vec!["shop.example".to_string()]);
+    clock.advance(1.0).unwrap();
+    // Worker 1 learns of it; blocks it sees for that site now judge no exit.
+    assert_eq!(pools[1].snapshot().pool.incidents, vec!["shop.example".to_string()], "{:?}", pools[1].events(0));
+    let r403 = Report::new(Some(403), None, false, None, None).unwrap();
+    for _ in 0..10 {
+        clock.advance(10.0).unwrap(); // past the incident's spacing of leases
+        let g = pools[1].try_acquire(0, None, site).unwrap_or_else(|r| panic!("{r:?}"));
+        pools[1].release(g.id, &r403);
+    }
+    let out: Vec<_> = pools[1].snapshot().exits.iter().filter(|e| pools[1].state(&e.exit.id, site).unwrap().is_ejected()).map(|e| e.exit.id.clone()).collect();
+    assert!(out.is_empty(), "no exit is punished during the fleet's incident: {out:?}");
+}

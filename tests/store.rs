@@ -203,6 +203,9 @@ fn a_new_pairing_warms_up(s: Subject) {
 
 fn the_fleet_wide_ejection_cap_refuses_one_too_many(s: Subject) {
     let st = &s.store;
+    // A site's own verdict (an incident) takes no exit out: it never counts against the cap.
+    assert!(st.publish(&verdict("", "shop.example", State::Quarantined, 60.0), 1).unwrap());
+    assert!(st.publish(&verdict("", "news.example", State::Quarantined, 60.0), 1).unwrap());
     assert!(st.publish(&verdict("a", "", State::Quarantined, 30.0), 1).unwrap());
     assert!(!st.publish(&verdict("b", "", State::Quarantined, 30.0), 1).unwrap(), "a second ejection breaks a cap of 1");
     // For a site, tunnel ejections count too.

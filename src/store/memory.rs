@@ -143,7 +143,9 @@ impl Store for MemoryStore {
         }
         let out = |st: &Shared, site: &str| st.ejected.get(site).map_or(0, |s| s.len() as u32);
         let already = st.ejected.get(&v.site).is_some_and(|s| s.contains_key(&v.exit));
-        if ejects(v.state) && !already {
+        // A verdict about the site itself (an incident, no exit) takes no exit out.
+        let ejecting = ejects(v.state) && !v.exit.is_empty();
+        if ejecting && !already {
             let scope = out(&st, "") + if v.site.is_empty() { 0 } else { out(&st, &v.site) };
             if scope + 1 > cap {
                 return Ok(false);
@@ -151,7 +153,7 @@ impl Store for MemoryStore {
         }
         let until = now + v.hold;
         let set = st.ejected.entry(v.site.clone()).or_default();
-        if ejects(v.state) {
+        if ejecting {
             set.insert(v.exit.clone(), if v.hold > 0.0 { until } else { f64::INFINITY });
         } else {
             set.remove(&v.exit);

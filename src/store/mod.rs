@@ -55,6 +55,8 @@ pub enum Taken {
 /// A health verdict one worker reached, for every worker to apply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
+    /// `""` for a verdict about the site itself: a site incident, open (quarantined) or
+    /// closed (healthy).
     pub exit: String,
     /// `""` for the exit's tunnel, else the site the verdict is about.
     pub site: String,

@@ -3,6 +3,8 @@
 --       cap, ejects (1 if the state takes the exit out). Returns the verdict's seq, 0 if refused.
 local p, exit, site, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local hold, origin, cap, ejects = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+-- A verdict about the site itself (an incident: no exit) takes no exit out.
+if exit == '' then ejects = false end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tunnel = p .. 'ejected:'
@@ -22,7 +24,7 @@ if ejects then
   local score = untl
   if hold == 0 then score = tostring(now + 600000) end
   redis.call('ZADD', scope, score, exit)
-else
+elseif exit ~= '' then
   redis.call('ZREM', scope, exit)
 end
 local seq = redis.call('INCR', p .. 'vseq')
