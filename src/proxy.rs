@@ -238,14 +238,19 @@ pub fn mask_raw(raw: &str) -> String {
     }
     if let Some(at) = rest.rfind('@') {
         let userinfo = &rest[..at];
-        // Scheme-less text that failed to parse may have put a password where the port should
-        // be (a `host:port:user:pass` line with a bad port and an `@`): a port that is not a
-        // number is hidden too. In a URL, what follows the `@` is the host and port.
         let tail = &rest[at + 1..];
-        let tail = match tail.rsplit_once(':') {
-            Some((host, port)) if prefix.is_empty() && !port.trim_end_matches('/').bytes().all(|b| b.is_ascii_digit()) => format!("{host}:{MASK}"),
-            _ => tail.to_owned(),
+        // Scheme-less text that failed to parse is no URL: which part is the password is
+        // anyone's guess (a `host:port:user:pass` line with a bad port and an `@` puts it
+        // after the `@`). Unless what follows the `@` is a plain `host:port`, only the first
+        // field is shown. In a URL, what follows the `@` is the host and port.
+        let plain_tail = match tail.split_once(':') {
+            None => true,
+            Some((_, port)) => port.trim_end_matches('/').bytes().all(|b| b.is_ascii_digit()),
         };
+        if prefix.is_empty() && !plain_tail {
+            let first = rest.split([':', '@']).next().unwrap_or("");
+            return format!("{first}:{MASK}");
+        }
         return match userinfo.find(':') {
             Some(c) => format!("{prefix}{}:{MASK}@{tail}", &userinfo[..c]),
             None => format!("{prefix}{userinfo}@{tail}"),
@@ -278,6 +283,7 @@ mod tests {
             ("http://user:hunter2://x@gw.example:8000", "hunter2"),
             ("gw.example:8000:user:hunter2://x", "hunter2"),
             ("bücher.example:80@0:g:hunter2", "hunter2"),
+            ("@gs-a::x:hunter2:80", "hunter2"),
         ] {
             let shown = mask_raw(raw);
             assert!(!shown.contains(secret), "{raw} -> {shown}");
