@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OUTCOMES};
 use crate::proxy::mask_raw;
 use parking_lot::Mutex;
-use redis::{Connection, RedisError, Script};
+use redis::{Connection, IntoConnectionInfo, RedisError, Script};
 use std::time::{Duration, Instant};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -26,14 +26,19 @@ struct Scripts {
     counts: Script,
 }
 
-/// A connection and how many hand-backs were sent on it whose replies are still unread.
+/// A connection and the hand-backs sent on it whose replies are still unread.
 struct Conn {
     con: Connection,
-    unread: usize,
+    unread: Vec<HandBack>,
 }
 
+/// What a hand-back needs to be sent again, should the server have lost its script.
+struct HandBack {
+    exit: String,
+    lease: u64,
+    outcome: &'static str,
+}
 
-const GIVE_BACK: &str = include_str!("lua/give_back.lua");
 
 /// Unread replies a connection may collect before they are read (bounds what a failure loses).
 const MAX_UNREAD: usize = 32;
@@ -70,7 +75,12 @@ impl RedisStore {
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
         let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
-        let client = redis::Client::open(url).map_err(|e| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets))))?;
+        let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
+        // TCP_NODELAY: a release's hand-back and the next lease's take are two small writes in
+        // a row; Nagle's algorithm would hold the second until the first is acknowledged.
+        let info = url.into_connection_info().map_err(bad_url)?;
+        let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(bad_url)?;
         Ok(RedisStore {
             client,
             prefix: format!("exitpool:{{{namespace}}}:"),
@@ -80,7 +90,7 @@ impl RedisStore {
             retry_at: Mutex::new(None),
             scripts: Scripts {
                 take: Script::new(include_str!("lua/take.lua")),
-                give_back: Script::new(GIVE_BACK),
+                give_back: Script::new(include_str!("lua/give_back.lua")),
                 publish: Script::new(include_str!("lua/publish.lua")),
                 verdicts: Script::new(include_str!("lua/verdicts.lua")),
                 counts: Script::new(include_str!("lua/counts.lua")),
@@ -92,7 +102,7 @@ impl RedisStore {
     /// came through unharmed.
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
         let mut conn = self.checkout()?;
-        if let Err(e) = self.settle(&mut conn) {
+        if let Err(e) = self.settle(&mut conn).and_then(|again| self.redo(&mut conn.con, again)) {
             return Err(self.failed(e));
         }
         match f(&mut conn.con) {
@@ -108,21 +118,73 @@ impl RedisStore {
         let pooled = self.idle.lock().pop();
         match pooled {
             Some(c) => Ok(c),
-            None => Ok(Conn { con: self.connect()?, unread: 0 }),
+            None => Ok(Conn { con: self.connect()?, unread: Vec::new() }),
         }
     }
 
-    /// Reads the replies of the hand-backs sent on this connection. Their answers are not
-    /// needed (a late hand-back changes nothing on the server); only a broken connection is.
-    fn settle(&self, conn: &mut Conn) -> redis::RedisResult<()> {
-        while conn.unread > 0 {
-            conn.unread -= 1;
-            match conn.con.recv_response() {
+    /// Reads the replies of the hand-backs sent on this connection; returns those the server
+    /// could not run because its script cache was flushed (NOSCRIPT), to be sent again once
+    /// nothing else is in flight. Other answers are not needed (a late hand-back changes
+    /// nothing on the server); only a broken connection is.
+    fn settle(&self, conn: &mut Conn) -> redis::RedisResult<Vec<HandBack>> {
+        let mut again = Vec::new();
+        for hb in std::mem::take(&mut conn.unread) {
+            let reply = match conn.con.recv_response() {
+                Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
+                other => other,
+            };
+            match reply {
+                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => again.push(hb),
                 Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() => return Err(e),
                 _ => {}
             }
         }
+        Ok(again)
+    }
+
+    /// Sends hand-backs again, loading the script first.
+    fn redo(&self, con: &mut Connection, again: Vec<HandBack>) -> redis::RedisResult<()> {
+        for hb in again {
+            let _: i64 = self.scripts.give_back.arg(&self.prefix).arg(&hb.exit).arg(hb.lease).arg(hb.outcome).invoke(con)?;
+        }
         Ok(())
+    }
+
+    /// Sends an EVALSHA first and only then reads the replies of the hand-backs sent before
+    /// it, then its own: a release's hand-back and the next lease's take share one wait.
+    /// A flushed script cache (NOSCRIPT) loads the script and sends again, once.
+    fn eval_behind_hand_backs<T: redis::FromRedisValue>(&self, script: &Script, cmd: &redis::Cmd) -> StoreResult<T> {
+        let packed = cmd.get_packed_command();
+        let mut conn = self.checkout()?;
+        for attempt in 0..2 {
+            let mut again = Vec::new();
+            let sent = conn
+                .con
+                .send_packed_command(&packed)
+                .and_then(|()| self.settle(&mut conn))
+                .and_then(|a| {
+                    again = a;
+                    conn.con.recv_response()
+                })
+                .and_then(|v| self.redo(&mut conn.con, std::mem::take(&mut again)).map(|()| v));
+            let reply = match sent {
+                Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
+                other => other,
+            };
+            match reply {
+                Ok(v) => {
+                    self.idle.lock().push(conn);
+                    return redis::from_redis_value(v).map_err(|e| StoreError::Protocol(format!("{}: {e}", self.shown)));
+                }
+                Err(e) if attempt == 0 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    if let Err(e) = script.load(&mut conn.con) {
+                        return Err(self.failed(e));
+                    }
+                }
+                Err(e) => return Err(self.failed(e)),
+            }
+        }
+        Err(StoreError::Protocol(format!("{}: the script would not load", self.shown)))
     }
 
     fn connect(&self) -> StoreResult<Connection> {
@@ -131,9 +193,11 @@ impl RedisStore {
                 return Err(StoreError::Unavailable(format!("{} did not answer; trying again shortly", self.shown)));
             }
         }
-        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
+        let mut con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
         con.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
         con.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
+        // Hand-backs are sent by hash without waiting: the script should be there already.
+        self.scripts.give_back.load(&mut con).map_err(|e| self.failed(e))?;
         *self.retry_at.lock() = None;
         Ok(con)
     }
@@ -175,15 +239,14 @@ impl Store for RedisStore {
 
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
         let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
-        let answer: Vec<String> = self.with(|con| {
-            let mut inv = self.scripts.take.prepare_invoke();
-            inv.arg(&self.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
-            inv.arg(ramp).arg(interval).arg(horizon);
-            for c in t.candidates {
-                inv.arg(*c);
-            }
-            inv.invoke(con)
-        })?;
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.take.get_hash()).arg(0);
+        cmd.arg(&self.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
+        cmd.arg(ramp).arg(interval).arg(horizon);
+        for c in t.candidates {
+            cmd.arg(*c);
+        }
+        let answer: Vec<String> = self.eval_behind_hand_backs(&self.scripts.take, &cmd)?;
         let mut it = answer.into_iter();
         match it.next().as_deref() {
             Some("ok") => {
@@ -204,18 +267,16 @@ impl Store for RedisStore {
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         let mut conn = self.checkout()?;
-        if conn.unread >= MAX_UNREAD {
-            if let Err(e) = self.settle(&mut conn) {
+        if conn.unread.len() >= MAX_UNREAD {
+            if let Err(e) = self.settle(&mut conn).and_then(|again| self.redo(&mut conn.con, again)) {
                 return Err(self.failed(e));
             }
         }
-        // EVAL with the script's text, not EVALSHA: a reply read later cannot be answered by
-        // loading the script and trying again, so this one must never meet NOSCRIPT.
         let outcome = outcome.map_or("", Outcome::name);
-        let packed = redis::cmd("EVAL").arg(GIVE_BACK).arg(0).arg(&self.prefix).arg(exit).arg(lease).arg(outcome).get_packed_command();
+        let packed = redis::cmd("EVALSHA").arg(self.scripts.give_back.get_hash()).arg(0).arg(&self.prefix).arg(exit).arg(lease).arg(outcome).get_packed_command();
         match conn.con.send_packed_command(&packed) {
             Ok(()) => {
-                conn.unread += 1;
+                conn.unread.push(HandBack { exit: exit.to_owned(), lease, outcome });
                 self.idle.lock().push(conn);
                 Ok(())
             }
