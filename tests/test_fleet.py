@@ -422,3 +422,33 @@ def test_a_memory_store_keeps_the_time_of_the_pool_that_made_it(tmp_path):
     clock.advance(10.5)  # no sleeping: the store's TTLs run on the manual clock
     assert b.acquire(timeout=0).exit_id == "e0"
     assert a.release(held) is False
+
+
+def test_sync_leases_release_the_gil_while_redis_is_slow(redis):
+    import threading
+
+    pool = Pool(exits(2), store=redis.url, namespace="gil")
+    pool.acquire()  # connected and warm
+    done = threading.Event()
+    ticks = []
+
+    def lease_while_stalled():
+        with pool.lease("acct-1"):
+            pass
+        done.set()
+
+    stall = threading.Thread(target=redis.cli, args=("DEBUG", "SLEEP", "0.4"))
+    stall.start()
+    time.sleep(0.05)
+    worker_thread = threading.Thread(target=lease_while_stalled)
+    worker_thread.start()
+    deadline = time.monotonic() + 5
+    # Pure Python work on this thread: it runs only if the lease waits without the GIL.
+    while not done.is_set() and time.monotonic() < deadline:
+        ticks.append(time.monotonic())
+        sum(range(1000))
+    worker_thread.join(5)
+    stall.join(5)
+    assert done.is_set()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert len(ticks) > 100 and max(gaps) < 0.2, (len(ticks), max(gaps, default=None))

@@ -312,7 +312,9 @@ impl PyPool {
 
     /// Where `key` lives now (its live session's exit, else its ring exit), without leasing.
     fn assign(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyExit> {
-        with_key(key, "key", |k| self.core.assign(self.view, k))?
+        // With a shared store this asks the store for the key's session: without the GIL.
+        let shared = self.core.is_shared();
+        with_key(key, "key", |k| if shared { py.detach(|| self.core.assign(self.view, k)) } else { self.core.assign(self.view, k) })?
             .map(|inner| PyExit { inner })
             .map_err(|e| refusal_to_py(py, e, &self.what, None))
     }
@@ -329,8 +331,8 @@ impl PyPool {
     }
 
     /// Ends the key's sticky session; returns whether there was one.
-    fn end_session(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        with_key(key, "key", |k| self.core.end_session(k))
+    fn end_session(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(key, "key", |k| py.detach(|| self.core.end_session(k)))
     }
 
     /// Changes an exit's capacity (its weight); only its own arcs of the ring move.
@@ -388,12 +390,12 @@ impl PyPool {
     /// site, the worse of its tunnel's state and its state for that site.
     #[pyo3(signature = (exit_id, site=None))]
     fn state(&self, py: Python<'_>, exit_id: &str, site: Option<&str>) -> PyResult<&'static str> {
-        self.core.state(exit_id, site).py_err(py).map(|s| s.name())
+        py.detach(|| self.core.state(exit_id, site)).py_err(py).map(|s| s.name())
     }
 
     /// Puts an exit back in service (healthy) everywhere, whatever its state.
     fn revive(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
-        self.core.revive(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
+        py.detach(|| self.core.revive(exit_id)).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// The events kept in the buffer (the last 1,000) with `seq >= since`, oldest first.
@@ -448,7 +450,7 @@ impl PyPool {
             None => None,
             Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {s:?} is not an IP address")))?),
         };
-        let drifted = self.core.record_probe(exit_id, ok, observed, detail).py_err(py)?;
+        let drifted = py.detach(|| self.core.record_probe(exit_id, ok, observed, detail)).py_err(py)?;
         self.dispatch.deliver(py, &self.core);
         Ok(drifted)
     }
