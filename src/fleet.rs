@@ -60,6 +60,18 @@ pub const INCIDENT_HOLD: f64 = 60.0;
 /// The exit handle that marks an outbox verdict as being about the site itself (an incident).
 pub const SITE_VERDICT: u32 = u32::MAX;
 
+/// A verdict of this worker's, waiting to be published to the fleet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pending {
+    /// An exit handle, or `SITE_VERDICT`.
+    pub exit: u32,
+    /// `None` for the exit's tunnel.
+    pub site: Option<u32>,
+    pub state: State,
+    /// Seconds the state holds (infinite for dead, 0 for states that end by evidence).
+    pub hold: f64,
+}
+
 #[derive(Debug, Default)]
 struct SiteHealth {
     breakers: Vec<Breaker>,
@@ -106,9 +118,9 @@ pub struct Fleet {
     trials: u64,
     trial_successes: u64,
     pub events: Events,
-    /// With a shared store: this worker's verdicts not yet published, as (exit, site, state,
-    /// seconds the state holds). `None` in a pool of its own, which pays nothing for it.
-    pub outbox: Option<Vec<(u32, Option<u32>, State, f64)>>,
+    /// With a shared store: this worker's verdicts not yet published. `None` in a pool of its
+    /// own, which pays nothing for it.
+    pub outbox: Option<Vec<Pending>>,
 }
 
 impl Fleet {
@@ -393,11 +405,9 @@ impl Fleet {
         match sh.incident {
             None if sh.failing >= threshold => {
                 sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: f64::NEG_INFINITY, republish_at: now + INCIDENT_HOLD / 2.0 });
-                if let Some(outbox) = &mut self.outbox {
-                    outbox.push((SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD));
-                }
                 sh.incidents += 1;
                 let failing = sh.failing;
+                self.pending(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
                 self.events.push(
                     now,
                     EventKind::SiteIncidentOpened,
@@ -410,10 +420,8 @@ impl Fleet {
             // for an incident another worker opened, there: its word or its silence).
             Some(inc) if sh.failing * 2 < threshold && now >= inc.remote_until => {
                 sh.incident = None;
-                if let Some(outbox) = &mut self.outbox {
-                    outbox.push((SITE_VERDICT, Some(site), State::Healthy, 0.0));
-                }
                 let failing = sh.failing;
+                self.pending(SITE_VERDICT, Some(site), State::Healthy, 0.0);
                 self.events.push(
                     now,
                     EventKind::SiteIncidentClosed,
@@ -423,12 +431,10 @@ impl Fleet {
                 );
             }
             Some(inc) if inc.remote_until < now && now >= inc.republish_at => {
-                if let Some(outbox) = &mut self.outbox {
-                    outbox.push((SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD));
-                }
                 if let Some(i) = sh.incident.as_mut() {
                     i.republish_at = now + INCIDENT_HOLD / 2.0;
                 }
+                self.pending(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
             }
             _ => {}
         }
@@ -474,8 +480,7 @@ impl Fleet {
     /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
     /// back (degraded only reweights, which each worker judges from its own traffic).
     fn share(&mut self, h: u32, site: Option<u32>, t: Transition, until: f64, now: f64) {
-        let Some(outbox) = &mut self.outbox else { return };
-        if matches!(t.reason, Reason::Fleet | Reason::FleetCapRefused) || !(t.to.holds_a_cap_slot() || t.from.holds_a_cap_slot()) {
+        if self.outbox.is_none() || matches!(t.reason, Reason::Fleet | Reason::FleetCapRefused) || !(t.to.holds_a_cap_slot() || t.from.holds_a_cap_slot()) {
             return;
         }
         let hold = match t.to {
@@ -483,7 +488,14 @@ impl Fleet {
             State::Dead => f64::INFINITY,
             _ => 0.0,
         };
-        outbox.push((h, site, t.to, hold));
+        self.pending(h, site, t.to, hold);
+    }
+
+    /// Queues a verdict for the fleet, if there is one.
+    fn pending(&mut self, exit: u32, site: Option<u32>, state: State, hold: f64) {
+        if let Some(outbox) = &mut self.outbox {
+            outbox.push(Pending { exit, site, state, hold });
+        }
     }
 
     /// A verdict another worker reached, applied here as if this worker had reached it.

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
-use crate::fleet::{Admit, Fleet, Probe, SITE_VERDICT};
+use crate::fleet::{Admit, Fleet, Pending, Probe, SITE_VERDICT};
 use crate::health::{HealthConfig, Reason, State as Health};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
@@ -1189,7 +1189,7 @@ impl Pool {
             let cap = st.fleet.ejection_cap(in_service);
             let named: Vec<_> = pending
                 .into_iter()
-                .map(|(h, site, state, hold)| {
+                .map(|Pending { exit: h, site, state, hold }| {
                     let v = Verdict {
                         // A site's own verdict (an incident) names no exit.
                         exit: if h == SITE_VERDICT { String::new() } else { st.exits[h as usize].exit.id.clone() },

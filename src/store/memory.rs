@@ -39,7 +39,8 @@ impl MemoryStore {
     /// The process-wide store of this name and namespace, made on first use (with that
     /// caller's clock) and kept while some pool holds it.
     pub fn named(name: &str, namespace: &str, clock: Arc<dyn Clock>) -> Arc<dyn Store> {
-        static REGISTRY: OnceLock<Mutex<HashMap<(String, String), Weak<MemoryStore>>>> = OnceLock::new();
+        type Registry = Mutex<HashMap<(String, String), Weak<MemoryStore>>>;
+        static REGISTRY: OnceLock<Registry> = OnceLock::new();
         let mut reg = REGISTRY.get_or_init(Default::default).lock();
         reg.retain(|_, w| w.strong_count() > 0);
         let id = (name.to_owned(), namespace.to_owned());
