@@ -2,6 +2,10 @@
 //! with the server's `TIME` as the one clock. `redis::Script` sends EVALSHA and loads the
 //! script again when the server answers NOSCRIPT (a flushed script cache, a restart).
 //!
+//! A release needs no answer (a late one changes nothing on the server), so its hand-back is
+//! sent without waiting, and its reply is read behind the next take on that connection: a
+//! lease pair waits on the network once.
+//!
 //! Reaching the server never blocks a caller for long: connecting gives up after 250 ms, a
 //! command after 500 ms, and after a failure no one tries again for a second, so a fleet whose
 //! Redis is down pays nothing per lease while it serves from local state.
@@ -38,7 +42,6 @@ struct HandBack {
     lease: u64,
     outcome: &'static str,
 }
-
 
 /// Unread replies a connection may collect before they are read (bounds what a failure loses).
 const MAX_UNREAD: usize = 32;
