@@ -1,11 +1,35 @@
-"""What the client helpers (requests, httpx, aiohttp) share."""
+"""What the client helpers (requests, httpx, aiohttp) and the probes share."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import math
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Optional, Tuple
+
+from ._core import Exit
+from ._errors import InvalidInput
+
+# The proxy schemes aiohttp can speak to.
+_HTTP_SCHEMES = ("http", "https")
+
+
+def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
+    """The proxy URL without credentials, and the ``Proxy-Authorization`` value (or None).
+    A socks exit raises ``InvalidInput``: ``refusal`` (formatted with ``exit_id`` and
+    ``scheme``) says who cannot use it and what to do instead."""
+    if exit.scheme not in _HTTP_SCHEMES:
+        raise InvalidInput(refusal.format(exit_id=repr(exit.exit_id), scheme=exit.scheme))
+    host = exit.host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    url = f"{exit.scheme}://{host}:{exit.port}"
+    user, password = exit.username, exit.password
+    if user is None and password is None:
+        return url, None
+    token = base64.b64encode(f"{user or ''}:{password or ''}".encode("utf-8")).decode("ascii")
+    return url, f"Basic {token}"
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

@@ -20,10 +20,9 @@ It never rides on a request inside a tunnel, where the target would read it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import inspect
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Union
 
 try:
     import aiohttp
@@ -32,7 +31,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 from multidict import CIMultiDict
 from yarl import URL
 
-from exitpool._clients import _retry_after
+from exitpool._clients import _proxy_parts, _retry_after
 from exitpool._core import Exit, Lease, Pool
 from exitpool._errors import InvalidInput
 
@@ -53,21 +52,9 @@ def _exit_of(lease: Union[Lease, Exit]) -> Exit:
     return exit
 
 
-def _proxy_parts(exit: Exit) -> Tuple[str, Optional[str]]:
-    """The proxy URL without credentials, and the ``Proxy-Authorization`` value (or None)."""
-    if exit.scheme not in ("http", "https"):
-        raise InvalidInput(
-            f"exitpool.aiohttp: exit {exit.exit_id!r} is a {exit.scheme} proxy; aiohttp speaks to "
-            "http and https proxies only (for socks, see the aiohttp-socks package)"
-        )
-    host = exit.host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"{exit.scheme}://{host}:{exit.port}"
-    if exit.username is None and exit.password is None:
-        return url, None
-    token = base64.b64encode(f"{exit.username or ''}:{exit.password or ''}".encode("utf-8")).decode("ascii")
-    return url, f"Basic {token}"
+# Why an exit cannot go through aiohttp, for `_proxy_parts`.
+_REFUSAL = ("exitpool.aiohttp: exit {exit_id} is a {scheme} proxy; aiohttp speaks to "
+            "http and https proxies only (for socks, see the aiohttp-socks package)")
 
 
 def _tunnelled(url: Union[str, URL]) -> bool:
@@ -95,7 +82,7 @@ def request_kwargs(
     plain-http targets that redirect across hosts, use :class:`ExitSession` (or
     ``allow_redirects=False``). An explicit ``proxy=`` also makes aiohttp ignore ``HTTP_PROXY``
     and ``NO_PROXY`` even with ``trust_env=True``."""
-    proxy, auth = _proxy_parts(_exit_of(lease))
+    proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
     out: Dict[str, Any] = {"proxy": proxy}
     merged: Optional[CIMultiDict] = CIMultiDict(headers) if headers is not None else None
     if auth is not None:
@@ -312,7 +299,7 @@ class ExitSession:
     def _request_kwargs(self, lease: Lease, url: URL, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         out = dict(kwargs)
         if _HAS_MIDDLEWARES:
-            proxy, auth = _proxy_parts(_exit_of(lease))
+            proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
             out["proxy"] = proxy
             if auth is not None:
                 out["proxy_headers"] = {_AUTH: auth}

@@ -23,7 +23,6 @@ appear in a result, a log line or an exception message. Install with
 from __future__ import annotations
 
 import asyncio
-import base64
 import ipaddress
 import json
 import logging
@@ -42,6 +41,8 @@ except ImportError as _exc:  # pragma: no cover - exercised by a test that hides
         "exitpool.probe needs aiohttp, which is not installed: pip install 'exitpool[aiohttp]'"
     ) from _exc
 
+from ._clients import _HTTP_SCHEMES as _SCHEMES
+from ._clients import _proxy_parts
 from ._core import Exit
 from ._errors import InvalidInput, UnknownExit
 
@@ -52,7 +53,6 @@ logger = logging.getLogger("exitpool")
 #: The error classes a probe reports, besides ``"http_<status>"``.
 ERRORS = ("timeout", "connect", "proxy", "bad_body", "disagree", "other")
 
-_SCHEMES = ("http", "https")
 _MAX_BODY = 64 * 1024
 
 
@@ -114,23 +114,8 @@ class ProbeResult:
         return f"{head}: {self.answered} of {n} endpoints answered, quorum {self.quorum}{tail}"
 
 
-def _proxy_parts(exit: Exit) -> Tuple[str, Optional[str]]:
-    """The proxy URL without credentials, and the ``Proxy-Authorization`` value (or None)."""
-    scheme = exit.scheme
-    if scheme not in _SCHEMES:
-        raise InvalidInput(
-            f"probe: exit {exit.exit_id!r} is a {scheme} proxy; exitpool.probe speaks to http and "
-            "https proxies only"
-        )
-    host = exit.host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"{scheme}://{host}:{exit.port}"
-    user, password = exit.username, exit.password
-    if user is None and password is None:
-        return url, None
-    token = base64.b64encode(f"{user or ''}:{password or ''}".encode("utf-8")).decode("ascii")
-    return url, f"Basic {token}"
+# Why an exit cannot be probed, for `_proxy_parts`.
+_REFUSAL = "probe: exit {exit_id} is a {scheme} proxy; exitpool.probe speaks to http and https proxies only"
 
 
 def _scrub(text: str, exit: Exit, auth: Optional[str]) -> str:
@@ -346,7 +331,7 @@ async def probe(
     url_list = _urls(urls)
     q = _quorum(quorum, len(url_list))
     t = _seconds("timeout", timeout, positive=True)
-    proxy, auth = _proxy_parts(exit)
+    proxy, auth = _proxy_parts(exit, _REFUSAL)
     own = session is None
     s = _session() if own else session
     try:
