@@ -9,64 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from redis_server import RedisServer
 
 import exitpool
 from exitpool import Exit, Pool
 
 WORKER = Path(__file__).parent / "fleet" / "worker.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server of the test's own, on loopback, without persistence."""
-
-    def __init__(self, tmp: Path, port: int = 0, password: str = "") -> None:
-        self.port = port or _free_port()
-        self.sock = tmp / f"redis-{self.port}.sock"
-        self.password = password
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "RedisServer":
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--unixsocket", str(self.sock)]
-        if self.password:
-            args += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-
-    @property
-    def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
-
-    def cli(self, *args: str) -> str:
-        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
-        return subprocess.run(["redis-cli", "-p", str(self.port), *auth, *args], capture_output=True, text=True, timeout=10).stdout
 
 
 @pytest.fixture
@@ -376,24 +331,9 @@ def test_rediss_over_tls(tmp_path):
         capture_output=True,
         timeout=60,
     )
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = RedisServer(tmp_path, tls=(cert, key)).start()
+    port, url = server.port, server.url
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-        # A self-signed test server: verification off (#insecure), the channel still encrypted.
-        url = f"rediss://127.0.0.1:{port}/0#insecure"
         a = Pool(exits(1), store=url, namespace="tls", max_leases=1)
         b = Pool(exits(1), store=url, namespace="tls", max_leases=1)
         held = a.acquire()
@@ -408,8 +348,7 @@ def test_rediss_over_tls(tmp_path):
             pass
         assert plain.snapshot()["store"]["online"] is False
     finally:
-        proc.kill()
-        proc.wait(5)
+        server.stop()
 
 
 def test_a_memory_store_keeps_the_time_of_the_pool_that_made_it(tmp_path):

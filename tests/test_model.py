@@ -563,24 +563,14 @@ class RedisStoreModel(PoolModel):
 @functools.lru_cache(maxsize=None)
 def _redis_url() -> str:
     import atexit
-    import socket
-    import subprocess
-    import time
+    import tempfile
+    from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    atexit.register(proc.kill)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.02)
+    from redis_server import RedisServer
+
+    server = RedisServer(Path(tempfile.mkdtemp(prefix="exitpool-model-"))).start()
+    atexit.register(server.stop)
+    return server.url
 
 
 MemoryStoreModel.TestCase.settings = PoolModel.TestCase.settings
