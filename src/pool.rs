@@ -505,12 +505,6 @@ impl Pool {
         r
     }
 
-    /// Counts a release of a lease that had ended already, which changes nothing else. For
-    /// the bindings, whose lease object knows it was released before without asking the core.
-    pub fn count_ignored_release(&self) {
-        self.state.lock().counts.ignored_releases += 1;
-    }
-
     /// Counts one lease that had to wait `seconds` for its slot. For callers that wait in
     /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
     pub fn record_wait(&self, seconds: f64) {
@@ -605,6 +599,8 @@ impl Pool {
             }
         };
         let wake = (expired || released) && st.waiters > 0;
+        // A report that changed a verdict (rarely) has one to publish.
+        let verdicts = st.fleet.outbox.as_ref().is_some_and(|o| !o.is_empty());
         drop(st);
         if wake {
             self.freed.notify_all();
@@ -614,7 +610,7 @@ impl Pool {
             let r = sh.store.hand_back(&exit.id, id, Some(report.outcome));
             self.heard(sh, r, now);
         }
-        if let Some(sh) = &self.shared {
+        if let (Some(sh), true) = (&self.shared, verdicts) {
             self.publish_verdicts(sh, now);
         }
         released
@@ -1048,14 +1044,14 @@ impl Pool {
         if key.is_none() {
             st.fallbacks(view, h, site_id, now, &mut candidates);
         }
-        let cfg = st.cfg.clone();
+        let (max_leases, lease_ttl, session_ttl, warmup) = (st.cfg.max_leases, st.cfg.lease_ttl, st.cfg.session_ttl, st.cfg.warmup);
         drop(st);
         let (mut h, mut choice) = (h, choice);
         // A key whose session another worker bound elsewhere is asked for again, once, for
         // that exit, after this worker has checked the exit can serve here.
         for _ in 0..2 {
             let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
-            let take = Take { key, candidates: &ids, max_leases: cfg.max_leases, lease_ttl: cfg.lease_ttl, session_ttl: cfg.session_ttl, warmup: cfg.warmup };
+            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, warmup };
             let taken = sh.store.take(&take);
             if !self.heard(sh, taken.as_ref().map(drop).map_err(Clone::clone), now) {
                 return None;
@@ -1090,7 +1086,7 @@ impl Pool {
                                     // Another worker bound this key meanwhile: the fleet's binding wins.
                                     st.sessions.end(key);
                                 }
-                                st.sessions.bind(key, h, now + cfg.session_ttl);
+                                st.sessions.bind(key, h, now + session_ttl);
                             }
                             Ok(st.commit(h, choice, key, site_id, now, lease))
                         }

@@ -797,14 +797,16 @@ impl PyLease {
     fn finish(&self, py: Python<'_>, fallback: Option<Report>) -> bool {
         let (id, report) = {
             let mut st = self.state.lock();
-            if st.done {
-                if st.id.is_some() {
-                    self.core.count_ignored_release();
-                }
+            let Some(id) = st.id else {
+                st.done = true;
                 return false;
+            };
+            if st.done {
+                // Released before: the core ignores a spent id, and counts it as ignored.
+                drop(st);
+                return self.core.release(id, &Report::SUCCESS);
             }
             st.done = true;
-            let Some(id) = st.id else { return false };
             (id, st.report.or(fallback).unwrap_or(Report::SUCCESS))
         };
         let released = if self.core.is_shared() { py.detach(|| self.core.release(id, &report)) } else { self.core.release(id, &report) };
