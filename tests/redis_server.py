@@ -6,11 +6,16 @@ Debian's redis-server comes from scripts/test-deps.sh.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Optional, Tuple
+
+
+# Socket names unique within the test run, so a server never takes another's socket for its own.
+_serial = itertools.count()
 
 
 def _free_port() -> int:
@@ -23,14 +28,31 @@ class RedisServer:
     """A redis-server of the test's own, on loopback, without persistence."""
 
     def __init__(self, tmp: Path, port: int = 0, password: str = "", tls: Optional[Tuple[Path, Path]] = None) -> None:
+        self._chose_port = not port
         self.port = port or _free_port()
-        self.sock = tmp / f"redis-{self.port}.sock"
+        self.sock = tmp / f"redis-{next(_serial)}.sock"
         self.password = password
         # (certificate, key): the server speaks only TLS, on `port`.
         self.tls = tls
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> "RedisServer":
+        """Starts the server and waits until it accepts connections.
+
+        Readiness is judged on the Unix socket only this server creates: a TCP connect alone
+        could reach another process that took the port first, while ours exits on its failed
+        bind. A server that exits that way is retried on another port, if the port was ours to
+        choose.
+        """
+        for _ in range(5):
+            if self._launch():
+                return self
+            if not self._chose_port:
+                break
+            self.port = _free_port()
+        raise AssertionError(f"redis-server did not start on port {self.port}")
+
+    def _launch(self) -> bool:
         port = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
         args = ["redis-server", *port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--unixsocket", str(self.sock)]
         if self.tls:
@@ -40,13 +62,16 @@ class RedisServer:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while True:
+        while self.proc.poll() is None:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(0.2)
+                    s.connect(str(self.sock))
+                return True
             except OSError:
                 assert time.monotonic() < deadline, "redis-server did not start"
                 time.sleep(0.02)
+        return False
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -31,20 +31,40 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Starts a redis-server of the test's own. Tests run in parallel, so two of them may be handed
+/// the same free port; the loser's server exits on its failed bind, and a TCP connect alone would
+/// then reach the winner's server (and die with it). Readiness is therefore judged on a Unix
+/// socket only this server creates, and a server that exits is retried on another port.
 fn redis_server() -> (Server, u16) {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed (scripts/test-deps.sh installs it)");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
-        std::thread::sleep(Duration::from_millis(20));
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    for _ in 0..5 {
+        let port = free_port();
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let sock = std::env::temp_dir().join(format!("exitpool-store-{}-{n}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test-deps.sh installs it)");
+        let mut server = Server(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+                let _ = std::fs::remove_file(&sock);
+                return (server, port);
+            }
+            if server.0.try_wait().unwrap().is_some() {
+                break; // its port was taken: try another
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
-    (Server(child), port)
+    panic!("redis-server failed to start on five free ports in a row");
 }
 
 fn memory() -> Subject {
