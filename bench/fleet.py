@@ -2,8 +2,9 @@
 
 Starts its own redis-server on a free loopback port, measures `redis-benchmark -c 1` (one
 client, one request in flight: the round-trip floor) in the same run, then lease pairs
-(acquire + release, two round trips) per second in one process and in four. A pair can reach
-at most half of redis-benchmark's single-client rate; the target is 40% of that rate per
+(acquire + release) per second in one process and in four. A release is not sent on its own:
+it rides with the next take, inside the same script run, so a pair waits on the network once
+and can approach redis-benchmark's single-client rate; the target is 40% of that rate per
 process. Run with a release build (`make bench`).
 
     python bench/fleet.py [--seconds 3]
@@ -98,8 +99,8 @@ def main() -> None:
         base = redis_benchmark(port, "ping,get")
         floor = base.get("GET", base.get("PING_MBULK"))
         print(f"redis-benchmark -c 1: {', '.join(f'{k} {v:,.0f}/s' for k, v in base.items())}")
-        print(f"baseline: GET {floor:,.0f} requests/s (one round trip each); the ceiling for a pair is {floor / 2:,.0f}/s\n")
-        print(f"{'lease pairs':<28}{'per process':>14}{'vs GET rate':>14}{'vs pair ceiling':>18}")
+        print(f"baseline: GET {floor:,.0f} requests/s, one round trip each ({1e6 / floor:.0f} us)\n")
+        print(f"{'lease pairs':<28}{'per process':>14}{'vs GET rate':>14}{'us per pair':>14}")
         results = {}
         for keyed in (False, True):
             for procs in (1, 4):
@@ -107,10 +108,12 @@ def main() -> None:
                 per = sum(rates) / len(rates)
                 name = f"{'keyed' if keyed else 'keyless'}, {procs} process{'es' if procs > 1 else ''}"
                 results[name] = per
-                print(f"{name:<28}{per:>14,.0f}{per / floor:>13.1%}{per / (floor / 2):>17.1%}")
+                print(f"{name:<28}{per:>14,.0f}{per / floor:>13.1%}{1e6 / per:>14.0f}")
         stats = server_time(port)
-        print("\nserver time per call (INFO commandstats, whole run):", ", ".join(f"{k} {v:.1f} us" for k, v in stats.items()))
-        print("target: per process at least 40% of redis-benchmark's single-client rate")
+        print("\nserver time per call (INFO commandstats, whole run; evalsha is mostly a take with")
+        print("the previous release riding along):", ", ".join(f"{k} {v:.1f} us" for k, v in stats.items()))
+        worst = min(results[n] for n in results if n.endswith("1 process")) / floor
+        print(f"target: per process at least 40% of redis-benchmark's single-client rate: {'PASS' if worst >= 0.40 else 'MISS'} ({worst:.1%} at worst)")
         print(json.dumps({"redis_get_rate": floor, "pairs_per_second": results, "server_us_per_call": stats}))
     finally:
         server.kill()

@@ -377,7 +377,7 @@ pub struct Snapshot {
     pub counts: Counts,
 }
 
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(Instant::now().elapsed().as_nanos());
@@ -1092,8 +1092,8 @@ impl Pool {
                         }
                         Err(refusal) => {
                             drop(st);
-                            let r = sh.store.give_back(&exit, lease, None);
-                            self.heard(sh, r.map(drop), now);
+                            let r = sh.store.hand_back(&exit, lease, None);
+                            self.heard(sh, r, now);
                             Err(refusal)
                         }
                     });

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 struct Subject {
     store: Arc<dyn Store>,
     advance: Box<dyn Fn(f64)>,
+    /// The same store as another worker sees it (another connection, for Redis).
+    peer: Box<dyn Fn() -> Arc<dyn Store>>,
     _server: Option<Server>,
 }
 
@@ -70,13 +72,17 @@ fn redis_server() -> (Server, u16) {
 fn memory() -> Subject {
     let clock = ManualClock::new(0.0);
     let c = clock.clone();
-    Subject { store: Arc::new(MemoryStore::new("memory://test", Arc::new(clock))), advance: Box::new(move |s| drop(c.advance(s))), _server: None }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new("memory://test", Arc::new(clock)));
+    let same = Arc::clone(&store);
+    Subject { store, advance: Box::new(move |s| drop(c.advance(s))), peer: Box::new(move || Arc::clone(&same)), _server: None }
 }
 
 fn redis() -> Subject {
     let (server, port) = redis_server();
-    let store = RedisStore::open(&format!("redis://127.0.0.1:{port}/0"), "suite").unwrap();
-    Subject { store: Arc::new(store), advance: Box::new(|s| std::thread::sleep(Duration::from_secs_f64(s))), _server: Some(server) }
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let store = RedisStore::open(&url, "suite").unwrap();
+    let peer = Box::new(move || Arc::new(RedisStore::open(&url, "suite").unwrap()) as Arc<dyn Store>);
+    Subject { store: Arc::new(store), advance: Box::new(|s| std::thread::sleep(Duration::from_secs_f64(s))), peer, _server: Some(server) }
 }
 
 fn take<'a>(key: Option<&'a str>, candidates: &'a [&'a str], max: Option<u32>) -> Take<'a> {
@@ -117,6 +123,8 @@ suite!(
     verdicts_arrive_in_order_with_their_remaining_hold,
     counts_are_fleet_wide,
     a_hand_back_frees_its_slot_without_waiting,
+    a_hand_back_reaches_other_workers_without_another_command,
+    a_closing_store_sends_its_hand_backs,
     being_told_elsewhere_does_not_extend_a_session,
 );
 
@@ -128,6 +136,36 @@ fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
     }
     let c = st.counts(&["a"]).unwrap();
     assert_eq!((c[0].active, c[0].leases, c[0].outcomes[Outcome::Success as usize]), (0, 50, 50));
+}
+
+/// A hand-back may wait to ride with the worker's next command, but a worker that goes quiet
+/// must not keep its slots: another worker gets the slot long before the lease would expire.
+fn a_hand_back_reaches_other_workers_without_another_command(s: Subject) {
+    let other = (s.peer)();
+    let (_, id) = granted(s.store.take(&take(None, &["a"], Some(1))).unwrap());
+    assert!(matches!(other.take(&take(None, &["a"], Some(1))).unwrap(), Taken::Full { .. }));
+    s.store.hand_back("a", id, Some(Outcome::Success)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match other.take(&take(None, &["a"], Some(1))).unwrap() {
+            Taken::Granted { .. } => break,
+            full => assert!(Instant::now() < deadline, "the slot never came back to other workers: {full:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let c = other.counts(&["a"]).unwrap();
+    assert_eq!((c[0].active, c[0].leases, c[0].outcomes[Outcome::Success as usize]), (1, 2, 1));
+}
+
+fn a_closing_store_sends_its_hand_backs(s: Subject) {
+    let worker = (s.peer)();
+    let ids: Vec<u64> = (0..3).map(|_| granted(worker.take(&take(None, &["a"], Some(3))).unwrap()).1).collect();
+    for id in ids {
+        worker.hand_back("a", id, None).unwrap();
+    }
+    drop(worker);
+    let c = s.store.counts(&["a"]).unwrap();
+    assert_eq!((c[0].active, c[0].leases), (0, 3), "the slots must be free the moment the store is gone");
 }
 
 fn the_ceiling_holds_and_a_release_frees_a_slot(s: Subject) {
@@ -155,6 +193,8 @@ fn an_expired_lease_frees_its_slot_and_its_late_release_is_ignored(s: Subject) {
     assert!(!st.give_back("a", id, Some(Outcome::Success)).unwrap(), "a release after expiry must change nothing");
     granted(st.take(&short).unwrap());
     assert!(matches!(st.take(&short).unwrap(), Taken::Full { .. }), "the late release must not have freed a second slot");
+    let c = st.counts(&["a"]).unwrap();
+    assert_eq!((c[0].leases, c[0].outcomes[Outcome::Success as usize]), (2, 0), "a late release counts no outcome");
 }
 
 fn a_second_release_is_ignored(s: Subject) {

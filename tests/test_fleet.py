@@ -186,6 +186,21 @@ def test_processes_agree_on_sessions(redis):
     assert len(set(first.values())) > 3
 
 
+def test_a_script_that_ends_right_after_its_release_leaves_no_slot_held(redis):
+    # A release rides with the worker's next command, or goes out by itself within
+    # milliseconds; a script that ends at once must still free its slot, not leave it to expire.
+    script = (
+        "import sys, exitpool\n"
+        "pool = exitpool.Pool([exitpool.Exit('e0', 'http://127.0.0.1:9100')], store=sys.argv[1], namespace='bye', max_leases=1)\n"
+        "with pool.lease('acct'):\n"
+        "    pass\n"
+    )
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", script, redis.url], check=True, timeout=60)
+        fleet = Pool(exits(1), store=redis.url, namespace="bye").snapshot()["store"]["exits"]["e0"]
+        assert (fleet["active"], fleet["outcomes"]["success"]) == (0, _ + 1)
+
+
 def test_a_sigkilled_holder_frees_its_slots_after_lease_ttl(redis):
     p = worker("grab", redis.url, "kill", "forward", count=2, exits=2, pool={"max_leases": 1, "lease_ttl": 1.5})
     held = json.loads(p.stdout.readline())["held"]

@@ -108,8 +108,9 @@ pub trait Store: Send + Sync {
     /// already ended (expired, or given back before).
     fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool>;
     /// `give_back` without waiting for the answer, for callers that do not need it (a pool's
-    /// release): a store over a network sends it and reads the reply before its next command
-    /// on that connection, so a lease pair costs one round trip instead of two.
+    /// release): a store over a network sends it with its next command (inside the next
+    /// take's script run), or by itself within milliseconds if no command comes, so a lease
+    /// pair costs one round trip instead of two.
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         self.give_back(exit, lease, outcome).map(drop)
     }

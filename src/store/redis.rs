@@ -2,9 +2,15 @@
 //! with the server's `TIME` as the one clock. `redis::Script` sends EVALSHA and loads the
 //! script again when the server answers NOSCRIPT (a flushed script cache, a restart).
 //!
-//! A release needs no answer (a late one changes nothing on the server), so its hand-back is
-//! sent without waiting, and its reply is read behind the next take on that connection: a
-//! lease pair waits on the network once.
+//! A release needs no answer, so it is not sent on its own: its hand-back waits in `pending`
+//! and rides along with the next command of this process, inside the next take's script run.
+//! A lease pair then costs one round trip and one script run, not two of each; a script run
+//! costs the server far more than a round trip's worth of plain commands. A flusher thread
+//! sends what is still waiting after `FLUSH_AFTER`, so a worker that goes quiet frees its
+//! slots within milliseconds, and dropping the store sends the rest.
+//!
+//! Lease ids are chosen here, not by the server: a counter scrambled with a per-store salt,
+//! distinct within the store and, across a fleet, colliding with odds of one in 2^64.
 //!
 //! Reaching the server never blocks a caller for long: connecting gives up after 250 ms, a
 //! command after 500 ms, and after a failure no one tries again for a second, so a fleet whose
@@ -14,13 +20,26 @@ use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreRe
 use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OUTCOMES};
 use crate::proxy::mask_raw;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redis::{Connection, IntoConnectionInfo, RedisError, Script};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 const IO_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long a hand-back waits for a command to ride with before it is sent on its own.
+const FLUSH_AFTER: Duration = Duration::from_millis(2);
+/// Hand-backs waiting at once beyond which the releasing caller sends them itself.
+const MAX_PENDING: usize = 256;
+
+/// Every script starts with the shared clock and lease-ending functions.
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(include_str!("lua/common.lua"), include_str!(concat!("lua/", $name, ".lua"))))
+    };
+}
 
 struct Scripts {
     take: Script,
@@ -30,33 +49,40 @@ struct Scripts {
     counts: Script,
 }
 
-/// A connection and the hand-backs sent on it whose replies are still unread.
-struct Conn {
-    con: Connection,
-    unread: Vec<HandBack>,
-}
-
-/// What a hand-back needs to be sent again, should the server have lost its script.
+/// A released lease whose end the server has not been told yet.
 struct HandBack {
     exit: String,
     lease: u64,
     outcome: &'static str,
 }
 
-/// Unread replies a connection may collect before they are read (bounds what a failure loses).
-const MAX_UNREAD: usize = 32;
+#[derive(Default)]
+struct Pending {
+    backs: Vec<HandBack>,
+    closed: bool,
+}
 
 pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     client: redis::Client,
     /// Every key of the namespace starts with this; the braces keep them in one cluster slot.
     prefix: String,
     shown: String,
     /// Secrets of the URL, scrubbed from any error text before it leaves this module.
     secrets: Vec<String>,
-    idle: Mutex<Vec<Conn>>,
+    idle: Mutex<Vec<Connection>>,
     /// After a failure, when to try the server again.
     retry_at: Mutex<Option<Instant>>,
     scripts: Scripts,
+    pending: Mutex<Pending>,
+    /// Wakes the flusher when a hand-back starts waiting, and when the store closes.
+    wake: Condvar,
+    flusher: Once,
+    salt: u64,
+    ids: AtomicU64,
 }
 
 impl RedisStore {
@@ -79,115 +105,120 @@ impl RedisStore {
         }
         let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
         let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
-        // TCP_NODELAY: a release's hand-back and the next lease's take are two small writes in
-        // a row; Nagle's algorithm would hold the second until the first is acknowledged.
+        // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
+        // hold a write behind an unacknowledged one.
         let info = url.into_connection_info().map_err(bad_url)?;
         let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let client = redis::Client::open(info).map_err(bad_url)?;
         Ok(RedisStore {
-            client,
-            prefix: format!("exitpool:{{{namespace}}}:"),
-            shown,
-            secrets,
-            idle: Mutex::new(Vec::new()),
-            retry_at: Mutex::new(None),
-            scripts: Scripts {
-                take: Script::new(include_str!("lua/take.lua")),
-                give_back: Script::new(include_str!("lua/give_back.lua")),
-                publish: Script::new(include_str!("lua/publish.lua")),
-                verdicts: Script::new(include_str!("lua/verdicts.lua")),
-                counts: Script::new(include_str!("lua/counts.lua")),
-            },
+            inner: Arc::new(Inner {
+                client,
+                prefix: format!("exitpool:{{{namespace}}}:"),
+                shown,
+                secrets,
+                idle: Mutex::new(Vec::new()),
+                retry_at: Mutex::new(None),
+                scripts: Scripts {
+                    take: script!("take"),
+                    give_back: script!("give_back"),
+                    publish: script!("publish"),
+                    verdicts: script!("verdicts"),
+                    counts: script!("counts"),
+                },
+                pending: Mutex::new(Pending::default()),
+                wake: Condvar::new(),
+                flusher: Once::new(),
+                salt: crate::pool::random_seed(),
+                ids: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.inner.pending.lock().closed = true;
+        self.inner.wake.notify_all();
+        // The flusher may not get to run before the process exits: send the rest now.
+        let _ = self.inner.flush();
+    }
+}
+
+impl Inner {
+    /// Sends the waiting hand-backs on a connection, then runs `f` on it: a command never
+    /// overtakes a release made before it.
+    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+        let backs = self.drain();
+        self.run(|con| {
+            if !backs.is_empty() {
+                self.send_backs(con, &backs)?;
+            }
+            f(con)
         })
     }
 
-    /// Runs `f` on an idle connection (or a new one), keeping the connection only if it
-    /// came through unharmed.
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
-        let mut conn = self.checkout()?;
-        if let Err(e) = self.settle(&mut conn).and_then(|again| self.redo(&mut conn.con, again)) {
-            return Err(self.failed(e));
-        }
-        match f(&mut conn.con) {
+    /// Runs `f` on an idle connection (or a new one), keeping the connection only if it came
+    /// through unharmed.
+    fn run<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+        let pooled = self.idle.lock().pop();
+        let mut con = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        match f(&mut con) {
             Ok(v) => {
-                self.idle.lock().push(conn);
+                self.idle.lock().push(con);
                 Ok(v)
             }
             Err(e) => Err(self.failed(e)),
         }
     }
 
-    fn checkout(&self) -> StoreResult<Conn> {
-        let pooled = self.idle.lock().pop();
-        match pooled {
-            Some(c) => Ok(c),
-            None => Ok(Conn { con: self.connect()?, unread: Vec::new() }),
-        }
+    fn drain(&self) -> Vec<HandBack> {
+        std::mem::take(&mut self.pending.lock().backs)
     }
 
-    /// Reads the replies of the hand-backs sent on this connection; returns those the server
-    /// could not run because its script cache was flushed (NOSCRIPT), to be sent again once
-    /// nothing else is in flight. Other answers are not needed (a late hand-back changes
-    /// nothing on the server); only a broken connection is.
-    fn settle(&self, conn: &mut Conn) -> redis::RedisResult<Vec<HandBack>> {
-        let mut again = Vec::new();
-        for hb in std::mem::take(&mut conn.unread) {
-            let reply = match conn.con.recv_response() {
-                Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
-                other => other,
-            };
-            match reply {
-                Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => again.push(hb),
-                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() => return Err(e),
-                _ => {}
-            }
+    /// Ends leases in one script run; returns how many were live.
+    fn send_backs(&self, con: &mut Connection, backs: &[HandBack]) -> redis::RedisResult<i64> {
+        let mut inv = self.scripts.give_back.prepare_invoke();
+        inv.arg(&self.prefix);
+        for hb in backs {
+            inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
         }
-        Ok(again)
+        inv.invoke(con)
     }
 
-    /// Sends hand-backs again, loading the script first.
-    fn redo(&self, con: &mut Connection, again: Vec<HandBack>) -> redis::RedisResult<()> {
-        for hb in again {
-            let _: i64 = self.scripts.give_back.arg(&self.prefix).arg(&hb.exit).arg(hb.lease).arg(hb.outcome).invoke(con)?;
+    fn flush(&self) -> StoreResult<()> {
+        let backs = self.drain();
+        if backs.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        self.run(|con| self.send_backs(con, &backs)).map(drop)
     }
 
-    /// Sends an EVALSHA first and only then reads the replies of the hand-backs sent before
-    /// it, then its own: a release's hand-back and the next lease's take share one wait.
-    /// A flushed script cache (NOSCRIPT) loads the script and sends again, once.
-    fn eval_behind_hand_backs<T: redis::FromRedisValue>(&self, script: &Script, cmd: &redis::Cmd) -> StoreResult<T> {
-        let packed = cmd.get_packed_command();
-        let mut conn = self.checkout()?;
-        for attempt in 0..2 {
-            let mut again = Vec::new();
-            let sent = conn
-                .con
-                .send_packed_command(&packed)
-                .and_then(|()| self.settle(&mut conn))
-                .and_then(|a| {
-                    again = a;
-                    conn.con.recv_response()
-                })
-                .and_then(|v| self.redo(&mut conn.con, std::mem::take(&mut again)).map(|()| v));
-            let reply = match sent {
-                Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
-                other => other,
-            };
-            match reply {
-                Ok(v) => {
-                    self.idle.lock().push(conn);
-                    return redis::from_redis_value(v).map_err(|e| StoreError::Protocol(format!("{}: {e}", self.shown)));
+    /// Sends what waited `FLUSH_AFTER` without a command to ride with; ends with the store.
+    fn flush_behind(self: Arc<Self>) {
+        loop {
+            {
+                let mut p = self.pending.lock();
+                while p.backs.is_empty() && !p.closed {
+                    self.wake.wait(&mut p);
                 }
-                Err(e) if attempt == 0 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                    if let Err(e) = script.load(&mut conn.con) {
-                        return Err(self.failed(e));
-                    }
+                if p.closed {
+                    return;
                 }
-                Err(e) => return Err(self.failed(e)),
             }
+            std::thread::sleep(FLUSH_AFTER);
+            let _ = self.flush();
         }
-        Err(StoreError::Protocol(format!("{}: the script would not load", self.shown)))
+    }
+
+    /// A lease id: the counter through a bijective mixer (splitmix64), salted per store.
+    fn next_id(&self) -> u64 {
+        let mut z = self.salt.wrapping_add(self.ids.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)).max(1)
     }
 
     fn connect(&self) -> StoreResult<Connection> {
@@ -196,11 +227,9 @@ impl RedisStore {
                 return Err(StoreError::Unavailable(format!("{} did not answer; trying again shortly", self.shown)));
             }
         }
-        let mut con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
+        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
         con.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
         con.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
-        // Hand-backs are sent by hash without waiting: the script should be there already.
-        self.scripts.give_back.load(&mut con).map_err(|e| self.failed(e))?;
         *self.retry_at.lock() = None;
         Ok(con)
     }
@@ -237,25 +266,33 @@ fn bad(what: &str) -> StoreError {
 
 impl Store for RedisStore {
     fn describe(&self) -> String {
-        self.shown.clone()
+        self.inner.shown.clone()
     }
 
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
+        let s = &*self.inner;
         let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.scripts.take.get_hash()).arg(0);
-        cmd.arg(&self.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
-        cmd.arg(ramp).arg(interval).arg(horizon);
-        for c in t.candidates {
-            cmd.arg(*c);
-        }
-        let answer: Vec<String> = self.eval_behind_hand_backs(&self.scripts.take, &cmd)?;
+        let id = s.next_id();
+        // Without a ceiling, one take in 64 reclaims the exit's expired leases.
+        let reclaim = if id % 64 == 0 { "1" } else { "0" };
+        let backs = s.drain();
+        let answer: Vec<String> = s.run(|con| {
+            let mut inv = s.scripts.take.prepare_invoke();
+            inv.arg(&s.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
+            inv.arg(ramp).arg(interval).arg(horizon).arg(id).arg(reclaim).arg(backs.len());
+            for hb in &backs {
+                inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
+            }
+            for c in t.candidates {
+                inv.arg(*c);
+            }
+            inv.invoke(con)
+        })?;
         let mut it = answer.into_iter();
         match it.next().as_deref() {
             Some("ok") => {
-                let (Some(exit), Some(lease), Some(session)) = (it.next(), it.next(), it.next()) else { return Err(bad("take")) };
-                let lease = lease.parse().map_err(|_| bad("take"))?;
-                Ok(Taken::Granted { exit, lease, session: session == "1" })
+                let (Some(exit), Some(session)) = (it.next(), it.next()) else { return Err(bad("take")) };
+                Ok(Taken::Granted { exit, lease: id, session: session == "1" })
             }
             Some("full") => Ok(Taken::Full { exit: it.next() }),
             Some("elsewhere") => Ok(Taken::Elsewhere { exit: it.next().ok_or_else(|| bad("take"))? }),
@@ -269,52 +306,55 @@ impl Store for RedisStore {
     }
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
-        let mut conn = self.checkout()?;
-        if conn.unread.len() >= MAX_UNREAD {
-            if let Err(e) = self.settle(&mut conn).and_then(|again| self.redo(&mut conn.con, again)) {
-                return Err(self.failed(e));
-            }
+        let s = &self.inner;
+        let mut spawned = true;
+        s.flusher.call_once(|| {
+            let me = Arc::clone(s);
+            spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind()).is_ok();
+        });
+        let waiting = {
+            let mut p = s.pending.lock();
+            p.backs.push(HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) });
+            p.backs.len()
+        };
+        if waiting == 1 {
+            s.wake.notify_one();
         }
-        let outcome = outcome.map_or("", Outcome::name);
-        let packed = redis::cmd("EVALSHA").arg(self.scripts.give_back.get_hash()).arg(0).arg(&self.prefix).arg(exit).arg(lease).arg(outcome).get_packed_command();
-        match conn.con.send_packed_command(&packed) {
-            Ok(()) => {
-                conn.unread.push(HandBack { exit: exit.to_owned(), lease, outcome });
-                self.idle.lock().push(conn);
-                Ok(())
-            }
-            Err(e) => Err(self.failed(e)),
+        if waiting >= MAX_PENDING || !spawned {
+            return s.flush();
         }
+        Ok(())
     }
 
     fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool> {
-        let ended: i64 = self.with(|con| self.scripts.give_back.arg(&self.prefix).arg(exit).arg(lease).arg(outcome.map_or("", Outcome::name)).invoke(con))?;
-        Ok(ended == 1)
+        let s = &self.inner;
+        let one = [HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) }];
+        Ok(s.with(|con| s.send_backs(con, &one))? == 1)
     }
 
     fn session(&self, key: &str) -> StoreResult<Option<String>> {
-        let k = format!("{}sess:{key}", self.prefix);
-        self.with(|con| redis::cmd("GET").arg(&k).query(con))
+        let k = format!("{}sess:{key}", self.inner.prefix);
+        self.inner.with(|con| redis::cmd("GET").arg(&k).query(con))
     }
 
     fn end_session(&self, key: &str) -> StoreResult<bool> {
-        let k = format!("{}sess:{key}", self.prefix);
-        let n: i64 = self.with(|con| redis::cmd("DEL").arg(&k).query(con))?;
+        let k = format!("{}sess:{key}", self.inner.prefix);
+        let n: i64 = self.inner.with(|con| redis::cmd("DEL").arg(&k).query(con))?;
         Ok(n == 1)
     }
 
     fn publish(&self, v: &Verdict, cap: u32) -> StoreResult<bool> {
         let hold = if v.hold.is_finite() { (v.hold * 1000.0).round().max(0.0) as i64 } else { -1 };
-        let seq: i64 = self.with(|con| {
-            let mut inv = self.scripts.publish.prepare_invoke();
-            inv.arg(&self.prefix).arg(&v.exit).arg(&v.site).arg(state_code(v.state)).arg(hold).arg(v.origin).arg(cap).arg(if ejects(v.state) { "1" } else { "0" });
+        let seq: i64 = self.inner.with(|con| {
+            let mut inv = self.inner.scripts.publish.prepare_invoke();
+            inv.arg(&self.inner.prefix).arg(&v.exit).arg(&v.site).arg(state_code(v.state)).arg(hold).arg(v.origin).arg(cap).arg(if ejects(v.state) { "1" } else { "0" });
             inv.invoke(con)
         })?;
         Ok(seq > 0)
     }
 
     fn verdicts(&self, since: u64) -> StoreResult<(Vec<Verdict>, u64)> {
-        let answer: Vec<String> = self.with(|con| self.scripts.verdicts.arg(&self.prefix).arg(since).invoke(con))?;
+        let answer: Vec<String> = self.inner.with(|con| self.inner.scripts.verdicts.arg(&self.inner.prefix).arg(since).invoke(con))?;
         let [now, last, rest @ ..] = answer.as_slice() else { return Err(bad("verdicts")) };
         let now: f64 = now.parse().map_err(|_| bad("verdicts"))?;
         let last: u64 = last.parse().map_err(|_| bad("verdicts"))?;
@@ -341,9 +381,9 @@ impl Store for RedisStore {
     }
 
     fn counts(&self, exits: &[&str]) -> StoreResult<Vec<ExitCounts>> {
-        let answer: Vec<String> = self.with(|con| {
-            let mut inv = self.scripts.counts.prepare_invoke();
-            inv.arg(&self.prefix);
+        let answer: Vec<String> = self.inner.with(|con| {
+            let mut inv = self.inner.scripts.counts.prepare_invoke();
+            inv.arg(&self.inner.prefix);
             for e in exits {
                 inv.arg(*e);
             }

@@ -1,13 +1,8 @@
--- Ends a lease. A lease past its expiry has already ended, whether or not anyone reclaimed it:
--- its late release changes nothing. ARGV: prefix, exit, id, outcome ('' for a slot handed
--- back unused). Returns 1 or 0.
-local p, exit, id = ARGV[1], ARGV[2], ARGV[3]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local z = p .. 'lease:' .. exit
-local expires = redis.call('ZSCORE', z, id)
-if not expires then return 0 end
-redis.call('ZREM', z, id)
-if tonumber(expires) <= now then return 0 end
-if ARGV[4] ~= '' then redis.call('HINCRBY', p .. 'count:' .. exit, ARGV[4], 1) end
-return 1
+-- Ends leases. ARGV: prefix, then for each lease {exit, id, outcome} (outcome '' for a slot
+-- handed back unused). Returns how many were live; the others had already ended (expired, or
+-- given back before) and change nothing.
+local p = ARGV[1]
+local now = now_ms()
+local ended = 0
+for i = 2, #ARGV, 3 do ended = ended + end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
+return ended

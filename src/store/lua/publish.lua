@@ -5,8 +5,7 @@ local p, exit, site, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local hold, origin, cap, ejects = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
 -- A verdict about the site itself (an incident: no exit) takes no exit out.
 if exit == '' then ejects = false end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local tunnel = p .. 'ejected:'
 local scope = p .. 'ejected:' .. site
 redis.call('ZREMRANGEBYSCORE', tunnel, '-inf', now)

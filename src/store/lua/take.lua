@@ -1,13 +1,19 @@
--- One lease slot, decided on the server with the server's clock (milliseconds).
+-- One lease slot, decided on the server with the server's clock (milliseconds), after ending
+-- the leases this worker released since its last command (they ride along, so that a lease
+-- pair costs one script run and one round trip).
 -- ARGV: prefix, key ('' for keyless), max (0: none), lease_ttl, session_ttl,
---       ramp, interval, horizon (ramp 0: no warm-up), candidates...
--- Returns {'ok', exit, id, session} | {'full', exit?} | {'warm', exit, wait_ms}
+--       ramp, interval, horizon (ramp 0: no warm-up), id (the new lease's, chosen by the
+--       worker), reclaim ('1': reclaim expired leases even without a ceiling), n (hand-backs),
+--       n times {exit, id, outcome}, candidates...
+-- Returns {'ok', exit, session} | {'full', exit?} | {'warm', exit, wait_ms}
 --       | {'elsewhere', exit} (the key's session is on another exit: nothing taken or extended)
 local p, key = ARGV[1], ARGV[2]
 local max, lease_ttl, session_ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ramp, interval, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id, reclaim_now, backs = ARGV[9], ARGV[10] == '1', tonumber(ARGV[11])
+local now = now_ms()
+for i = 12, 11 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
+local first = 12 + 3 * backs
 
 -- Expired leases (a crashed worker's) are reclaimed when they would make the exit look full:
 -- the common case, room under the ceiling, costs one ZCARD.
@@ -15,18 +21,14 @@ local function room(exit)
   if max == 0 then return true end
   local z = p .. 'lease:' .. exit
   if redis.call('ZCARD', z) < max then return true end
-  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
+  reclaim(p, exit, now)
   return redis.call('ZCARD', z) < max
 end
 
 local function take(exit)
-  local z = p .. 'lease:' .. exit
-  local id = redis.call('INCR', p .. 'seq')
-  redis.call('ZADD', z, now + lease_ttl, id)
   -- Without a ceiling nothing looks full: reclaim a crashed worker's leases now and then.
-  if max == 0 and id % 64 == 0 then redis.call('ZREMRANGEBYSCORE', z, '-inf', now) end
-  redis.call('HINCRBY', p .. 'count:' .. exit, 'leases', 1)
-  return tostring(id)
+  if max == 0 and reclaim_now then reclaim(p, exit, now) end
+  redis.call('ZADD', p .. 'lease:' .. exit, now + lease_ttl, id)
 end
 
 if key ~= '' then
@@ -35,8 +37,8 @@ if key ~= '' then
   local exit = redis.call('GET', sk)
   local session = '1'
   if not exit then
-    exit, session = ARGV[9], '0'
-  elseif exit ~= ARGV[9] then
+    exit, session = ARGV[first], '0'
+  elseif exit ~= ARGV[first] then
     return {'elsewhere', exit}
   end
   if not exit then return {'full'} end
@@ -60,13 +62,16 @@ if key ~= '' then
     redis.call('HSET', pk, exit, born .. ':' .. now)
     redis.call('PEXPIRE', pk, horizon + 1000)
   end
-  local id = take(exit)
+  take(exit)
   redis.call('SET', sk, exit, 'PX', session_ttl)
-  return {'ok', exit, id, session}
+  return {'ok', exit, session}
 end
 
-for i = 9, #ARGV do
+for i = first, #ARGV do
   local exit = ARGV[i]
-  if room(exit) then return {'ok', exit, take(exit), '0'} end
+  if room(exit) then
+    take(exit)
+    return {'ok', exit, '0'}
+  end
 end
 return {'full'}

@@ -1,8 +1,7 @@
 -- The verdicts newer than ARGV[2], for a worker's local copy of the fleet's health.
 -- Returns {now_ms, last_seq, field, value, field, value, ...}.
 local p, since = ARGV[1], tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local out = {tostring(now), tostring(redis.call('GET', p .. 'vseq') or '0')}
 local all = redis.call('HGETALL', p .. 'verdicts')
 for i = 1, #all, 2 do
