@@ -7,7 +7,11 @@ it rides with the next take, inside the same script run, so a pair waits on the 
 and can approach redis-benchmark's single-client rate; the target is 40% of that rate per
 process. Run with a release build (`make bench`).
 
-    python bench/fleet.py [--seconds 3]
+    python bench/fleet.py [--seconds 3] [--rounds 3]
+
+One-process figures and the baseline are each the best of --rounds alternating rounds (the
+machine's speed drifts; best-of gives both their quiet moments); four-process figures are one
+run, averaged over the processes.
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def leases(url: str, seconds: float, procs: int, keyed: bool) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of baseline and one-process runs")
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
@@ -96,19 +101,26 @@ def main() -> None:
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
         url = f"redis://127.0.0.1:{port}/0"
-        base = redis_benchmark(port, "ping,get")
+        # The machine is shared and its speed drifts: the baseline and the one-process runs
+        # alternate, and each figure is the best of its rounds, so both get their quiet moments.
+        base: dict = {}
+        results: dict = {}
+        for _ in range(args.rounds):
+            for name, rate in redis_benchmark(port, "ping,get").items():
+                base[name] = max(base.get(name, 0.0), rate)
+            for keyed in (False, True):
+                name = f"{'keyed' if keyed else 'keyless'}, 1 process"
+                results[name] = max(results.get(name, 0.0), leases(url, args.seconds, 1, keyed)[0])
+        for keyed in (False, True):
+            rates = leases(url, args.seconds, 4, keyed)
+            results[f"{'keyed' if keyed else 'keyless'}, 4 processes"] = sum(rates) / len(rates)
         floor = base.get("GET", base.get("PING_MBULK"))
-        print(f"redis-benchmark -c 1: {', '.join(f'{k} {v:,.0f}/s' for k, v in base.items())}")
+        print(f"redis-benchmark -c 1, best of {args.rounds}: {', '.join(f'{k} {v:,.0f}/s' for k, v in base.items())}")
         print(f"baseline: GET {floor:,.0f} requests/s, one round trip each ({1e6 / floor:.0f} us)\n")
         print(f"{'lease pairs':<28}{'per process':>14}{'vs GET rate':>14}{'us per pair':>14}")
-        results = {}
-        for keyed in (False, True):
-            for procs in (1, 4):
-                rates = leases(url, args.seconds, procs, keyed)
-                per = sum(rates) / len(rates)
-                name = f"{'keyed' if keyed else 'keyless'}, {procs} process{'es' if procs > 1 else ''}"
-                results[name] = per
-                print(f"{name:<28}{per:>14,.0f}{per / floor:>13.1%}{1e6 / per:>14.0f}")
+        for name in sorted(results, key=lambda n: (n.startswith("keyed"), "4" in n)):
+            per = results[name]
+            print(f"{name:<28}{per:>14,.0f}{per / floor:>13.1%}{1e6 / per:>14.0f}")
         stats = server_time(port)
         print("\nserver time per call (INFO commandstats, whole run; evalsha is mostly a take with")
         print("the previous release riding along):", ", ".join(f"{k} {v:.1f} us" for k, v in stats.items()))

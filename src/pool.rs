@@ -245,6 +245,10 @@ const UNSCOPED: &str = "\u{1}";
 /// How often the local copy of the fleet's health is refreshed: at most one round trip a
 /// second for it, whatever the lease rate.
 const HEALTH_REFRESH: f64 = 1.0;
+/// With a store, a worker extends a key's session (its own copy and the fleet's, together)
+/// only once this share of `session_ttl` has passed since it last did: a key leased in a loop
+/// then costs the store no write per lease, and its session lapses at most this much early.
+pub const RENEW_SLACK: f64 = 1.0 / 64.0;
 /// A keyless lease offers the store its pick and this many more, so that one full exit
 /// elsewhere in the fleet costs no second round trip.
 const KEYLESS_FALLBACKS: usize = 3;
@@ -1045,13 +1049,14 @@ impl Pool {
             st.fallbacks(view, h, site_id, now, &mut candidates);
         }
         let (max_leases, lease_ttl, session_ttl, warmup) = (st.cfg.max_leases, st.cfg.lease_ttl, st.cfg.session_ttl, st.cfg.warmup);
+        let renew = key.is_none_or(|k| st.sessions.live(k, now).is_none_or(|s| s.expires - now <= session_ttl * (1.0 - RENEW_SLACK)));
         drop(st);
         let (mut h, mut choice) = (h, choice);
         // A key whose session another worker bound elsewhere is asked for again, once, for
         // that exit, after this worker has checked the exit can serve here.
         for _ in 0..2 {
             let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
-            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, warmup };
+            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, renew, warmup };
             let taken = sh.store.take(&take);
             if !self.heard(sh, taken.as_ref().map(drop).map_err(Clone::clone), now) {
                 return None;
@@ -1086,7 +1091,10 @@ impl Pool {
                                     // Another worker bound this key meanwhile: the fleet's binding wins.
                                     st.sessions.end(key);
                                 }
-                                st.sessions.bind(key, h, now + session_ttl);
+                                // Unrenewed, the fleet's copy kept its expiry: so does this one.
+                                if renew || !session || st.sessions.live(key, now).is_none() {
+                                    st.sessions.bind(key, h, now + session_ttl);
+                                }
                             }
                             Ok(st.commit(h, choice, key, site_id, now, lease))
                         }

@@ -86,7 +86,7 @@ fn redis() -> Subject {
 }
 
 fn take<'a>(key: Option<&'a str>, candidates: &'a [&'a str], max: Option<u32>) -> Take<'a> {
-    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, warmup: None }
+    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, renew: true, warmup: None }
 }
 
 fn granted(t: Taken) -> (String, u64) {
@@ -126,6 +126,7 @@ suite!(
     a_hand_back_reaches_other_workers_without_another_command,
     a_closing_store_sends_its_hand_backs,
     being_told_elsewhere_does_not_extend_a_session,
+    a_session_unrenewed_keeps_its_expiry_and_a_new_one_is_made_anyway,
 );
 
 fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
@@ -231,6 +232,22 @@ fn being_told_elsewhere_does_not_extend_a_session(s: Subject) {
     assert_eq!(st.take(&short(&["b"])).unwrap(), Taken::Elsewhere { exit: "a".into() });
     (s.advance)(0.2);
     assert_eq!(st.session("acct").unwrap(), None, "the session ended at its TTL: being asked about it kept nothing alive");
+}
+
+fn a_session_unrenewed_keeps_its_expiry_and_a_new_one_is_made_anyway(s: Subject) {
+    let st = &s.store;
+    let t = |renew| Take { session_ttl: 0.4, renew, ..take(Some("acct"), &["a"], None) };
+    // A new session is bound even when the worker asks for no renewal.
+    assert!(matches!(st.take(&t(false)).unwrap(), Taken::Granted { session: false, .. }));
+    (s.advance)(0.25);
+    assert!(matches!(st.take(&t(false)).unwrap(), Taken::Granted { session: true, .. }));
+    (s.advance)(0.25);
+    assert_eq!(st.session("acct").unwrap(), None, "an unrenewed session lapses at its first expiry");
+    assert!(matches!(st.take(&t(true)).unwrap(), Taken::Granted { session: false, .. }));
+    (s.advance)(0.25);
+    assert!(matches!(st.take(&t(true)).unwrap(), Taken::Granted { session: true, .. }));
+    (s.advance)(0.25);
+    assert_eq!(st.session("acct").unwrap().as_deref(), Some("a"), "a renewed session is extended");
 }
 
 fn a_session_lapses_after_its_ttl(s: Subject) {

@@ -144,6 +144,24 @@ def test_a_verdict_reaches_the_other_pool(store):
             assert lease.exit_id != "e2"
 
 
+def test_a_shared_session_is_renewed_at_most_once_per_slack(tmp_path):
+    # With a store, leasing a key in a loop extends its session once per 1/64 of session_ttl
+    # (10 s here), not on every lease: the session lapses at most that much early.
+    clock = exitpool.ManualClock(0.0)
+    pool = Pool(exits(2), store=f"memory://{tmp_path.name}", session_ttl=640.0, clock=clock)
+    for advance, alive in ((5.0, False), (20.0, True)):
+        with pool.lease("acct"):
+            pass
+        clock.advance(advance)
+        with pool.lease("acct"):
+            pass
+        clock.advance(640.0 - advance + 1.0)
+        # Bound at t, leased again at t + advance: within the slack the second lease did not
+        # renew it (lapsed at t + 640); beyond it, it did (lives until t + advance + 640).
+        assert pool.end_session("acct") is alive
+        clock.advance(1000.0)
+
+
 def test_snapshot_shows_the_fleet(store):
     a = Pool(exits(2), store=store, namespace="n")
     b = Pool(exits(2), store=store, namespace="n")

@@ -320,7 +320,12 @@ class PoolModel(RuleBasedStateMachine):
         self.leases.append(rec)
         self.counts["acquired"] += 1
         if key is not None:
-            self.sessions[key] = (lease.exit_id, now + self.session_ttl)
+            bound = self.sessions.get(key)
+            # With a store, a session is renewed only once 1/64 of its TTL has passed since
+            # the last renewal (exitpool's RENEW_SLACK): between renewals it keeps its expiry.
+            fresh = bound is not None and bound[1] > now and bound[1] - now > self.session_ttl * (1 - 1 / 64)
+            if not (self.store is not None and fresh):
+                self.sessions[key] = (lease.exit_id, now + self.session_ttl)
         return rec
 
     def hand_back(self, rec, outcome, via_report):

@@ -106,7 +106,7 @@ impl Store for MemoryStore {
                 };
             }
             let lease = st.take_slot(&exit, t.lease_ttl, now);
-            if let Some(key) = t.key {
+            if let (Some(key), true) = (t.key, t.renew || !session) {
                 st.sessions.insert(key.to_owned(), (exit.clone(), now + t.session_ttl));
             }
             return Ok(Taken::Granted { exit, lease, session });

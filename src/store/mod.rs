@@ -35,6 +35,10 @@ pub struct Take<'a> {
     pub max_leases: Option<u32>,
     pub lease_ttl: f64,
     pub session_ttl: f64,
+    /// Whether a live session on the candidate is extended to `session_ttl`. A worker that
+    /// extended it moments ago (see `pool::RENEW_SLACK`) need not again: the lease pair then
+    /// saves the store a write, and the session lapses at most that slack early.
+    pub renew: bool,
     pub warmup: Option<WarmupConfig>,
 }
 

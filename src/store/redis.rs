@@ -59,6 +59,8 @@ struct HandBack {
 #[derive(Default)]
 struct Pending {
     backs: Vec<HandBack>,
+    /// When the oldest of `backs` started waiting.
+    since: Option<Instant>,
     closed: bool,
 }
 
@@ -175,7 +177,9 @@ impl Inner {
     }
 
     fn drain(&self) -> Vec<HandBack> {
-        std::mem::take(&mut self.pending.lock().backs)
+        let mut p = self.pending.lock();
+        p.since = None;
+        std::mem::take(&mut p.backs)
     }
 
     /// Ends leases in one script run; returns how many were live.
@@ -197,19 +201,26 @@ impl Inner {
     }
 
     /// Sends what waited `FLUSH_AFTER` without a command to ride with; ends with the store.
+    /// A worker leasing in a loop keeps its hand-backs younger than that, so this thread
+    /// then only wakes, looks and sleeps again, never competing for the server.
     fn flush_behind(self: Arc<Self>) {
         loop {
-            {
+            let due = {
                 let mut p = self.pending.lock();
-                while p.backs.is_empty() && !p.closed {
+                while p.since.is_none() && !p.closed {
                     self.wake.wait(&mut p);
                 }
                 if p.closed {
                     return;
                 }
+                p.since.map(|t| t + FLUSH_AFTER)
+            };
+            match due {
+                Some(at) if Instant::now() < at => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+                _ => {
+                    let _ = self.flush();
+                }
             }
-            std::thread::sleep(FLUSH_AFTER);
-            let _ = self.flush();
         }
     }
 
@@ -279,7 +290,7 @@ impl Store for RedisStore {
         let answer: Vec<String> = s.run(|con| {
             let mut inv = s.scripts.take.prepare_invoke();
             inv.arg(&s.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
-            inv.arg(ramp).arg(interval).arg(horizon).arg(id).arg(reclaim).arg(backs.len());
+            inv.arg(ramp).arg(interval).arg(horizon).arg(id).arg(reclaim).arg(if t.renew { "1" } else { "0" }).arg(backs.len());
             for hb in &backs {
                 inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
             }
@@ -315,6 +326,7 @@ impl Store for RedisStore {
         let waiting = {
             let mut p = s.pending.lock();
             p.backs.push(HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) });
+            p.since.get_or_insert_with(Instant::now);
             p.backs.len()
         };
         if waiting == 1 {

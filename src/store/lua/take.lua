@@ -3,17 +3,18 @@
 -- pair costs one script run and one round trip).
 -- ARGV: prefix, key ('' for keyless), max (0: none), lease_ttl, session_ttl,
 --       ramp, interval, horizon (ramp 0: no warm-up), id (the new lease's, chosen by the
---       worker), reclaim ('1': reclaim expired leases even without a ceiling), n (hand-backs),
---       n times {exit, id, outcome}, candidates...
+--       worker), reclaim ('1': reclaim expired leases even without a ceiling), renew ('0': a
+--       live session need not be extended), n (hand-backs), n times {exit, id, outcome},
+--       candidates...
 -- Returns {'ok', exit, session} | {'full', exit?} | {'warm', exit, wait_ms}
 --       | {'elsewhere', exit} (the key's session is on another exit: nothing taken or extended)
 local p, key = ARGV[1], ARGV[2]
 local max, lease_ttl, session_ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ramp, interval, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local id, reclaim_now, backs = ARGV[9], ARGV[10] == '1', tonumber(ARGV[11])
+local id, reclaim_now, renew, backs = ARGV[9], ARGV[10] == '1', ARGV[11] == '1', tonumber(ARGV[12])
 local now = now_ms()
-for i = 12, 11 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
-local first = 12 + 3 * backs
+for i = 13, 12 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
+local first = 13 + 3 * backs
 
 -- Expired leases (a crashed worker's) are reclaimed when they would make the exit look full:
 -- the common case, room under the ceiling, costs one ZCARD.
@@ -63,7 +64,7 @@ if key ~= '' then
     redis.call('PEXPIRE', pk, horizon + 1000)
   end
   take(exit)
-  redis.call('SET', sk, exit, 'PX', session_ttl)
+  if renew or session == '0' then redis.call('SET', sk, exit, 'PX', session_ttl) end
   return {'ok', exit, session}
 end
 
