@@ -31,6 +31,9 @@ const IO_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long a hand-back waits for a command to ride with before it is sent on its own.
 const FLUSH_AFTER: Duration = Duration::from_millis(2);
+/// How long the flusher keeps looking every `FLUSH_AFTER` with nothing to send before it
+/// sleeps until woken: a worker leasing in a loop must not pay a thread wake-up per release.
+const PARK_AFTER: Duration = Duration::from_millis(100);
 /// Hand-backs waiting at once beyond which the releasing caller sends them itself.
 const MAX_PENDING: usize = 256;
 
@@ -61,6 +64,8 @@ struct Pending {
     backs: Vec<HandBack>,
     /// When the oldest of `backs` started waiting.
     since: Option<Instant>,
+    /// The flusher sleeps on `wake` (after `PARK_AFTER` with nothing to send) until woken.
+    parked: bool,
     closed: bool,
 }
 
@@ -202,24 +207,34 @@ impl Inner {
 
     /// Sends what waited `FLUSH_AFTER` without a command to ride with; ends with the store.
     /// A worker leasing in a loop keeps its hand-backs younger than that, so this thread
-    /// then only wakes, looks and sleeps again, never competing for the server.
+    /// then only looks every `FLUSH_AFTER`, never competing for the server, and is never
+    /// woken by a release; it sleeps until woken only once there was nothing to send for
+    /// `PARK_AFTER`.
     fn flush_behind(self: Arc<Self>) {
+        let mut busy = Instant::now();
         loop {
             let due = {
                 let mut p = self.pending.lock();
-                while p.since.is_none() && !p.closed {
-                    self.wake.wait(&mut p);
+                if p.since.is_none() && busy.elapsed() >= PARK_AFTER {
+                    p.parked = true;
+                    while p.since.is_none() && !p.closed {
+                        self.wake.wait(&mut p);
+                    }
+                    p.parked = false;
                 }
                 if p.closed {
                     return;
                 }
-                p.since.map(|t| t + FLUSH_AFTER)
-            };
-            match due {
-                Some(at) if Instant::now() < at => std::thread::sleep(at.saturating_duration_since(Instant::now())),
-                _ => {
-                    let _ = self.flush();
+                if p.since.is_some() {
+                    busy = Instant::now();
                 }
+                p.since.map_or(Instant::now() + FLUSH_AFTER, |t| t + FLUSH_AFTER)
+            };
+            let wait = due.saturating_duration_since(Instant::now());
+            if wait.is_zero() {
+                let _ = self.flush();
+            } else {
+                std::thread::sleep(wait);
             }
         }
     }
@@ -323,13 +338,13 @@ impl Store for RedisStore {
             let me = Arc::clone(s);
             spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind()).is_ok();
         });
-        let waiting = {
+        let (waiting, parked) = {
             let mut p = s.pending.lock();
             p.backs.push(HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) });
             p.since.get_or_insert_with(Instant::now);
-            p.backs.len()
+            (p.backs.len(), p.parked)
         };
-        if waiting == 1 {
+        if parked {
             s.wake.notify_one();
         }
         if waiting >= MAX_PENDING || !spawned {
