@@ -21,7 +21,8 @@ use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OUTCOMES};
 use crate::proxy::mask_raw;
 use parking_lot::{Condvar, Mutex};
-use redis::{Connection, IntoConnectionInfo, RedisError, Script};
+use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
@@ -239,6 +240,25 @@ impl Inner {
         }
     }
 
+    /// Sends a command packed by hand that runs `script` by its hash, loading the script and
+    /// sending again if the server has lost it (NOSCRIPT: a flushed cache, a restart).
+    fn eval_packed(&self, con: &mut Connection, script: &Script, packed: &[u8]) -> redis::RedisResult<redis::Value> {
+        let mut loaded = false;
+        loop {
+            let reply = match con.req_packed_command(packed) {
+                Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
+                other => other,
+            };
+            match reply {
+                Err(e) if !loaded && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    script.load(con)?;
+                    loaded = true;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// A lease id: the counter through a bijective mixer (splitmix64), salted per store.
     fn next_id(&self) -> u64 {
         let mut z = self.salt.wrapping_add(self.ids.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -274,6 +294,36 @@ impl Inner {
     }
 }
 
+/// One command in the protocol's framing, packed into one buffer: the take runs once per
+/// lease, and building it through `redis::Cmd` cost an allocation per argument.
+struct Packed(Vec<u8>);
+
+impl Packed {
+    fn new(args: usize) -> Packed {
+        let mut buf = Vec::with_capacity(512);
+        let _ = write!(buf, "*{args}\r\n");
+        Packed(buf)
+    }
+
+    fn arg(&mut self, a: impl AsRef<[u8]>) -> &mut Packed {
+        let a = a.as_ref();
+        let _ = write!(self.0, "${}\r\n", a.len());
+        self.0.extend_from_slice(a);
+        self.0.extend_from_slice(b"\r\n");
+        self
+    }
+
+    fn num(&mut self, n: impl std::fmt::Display) -> &mut Packed {
+        let mut digits = [0u8; 24];
+        let len = {
+            let mut w = &mut digits[..];
+            let _ = write!(w, "{n}");
+            24 - w.len()
+        };
+        self.arg(&digits[..len])
+    }
+}
+
 fn scrub(text: &str, secrets: &[String]) -> String {
     let mut s = text.to_owned();
     for secret in secrets.iter().filter(|x| !x.is_empty()) {
@@ -302,28 +352,33 @@ impl Store for RedisStore {
         // Without a ceiling, one take in 64 reclaims the exit's expired leases.
         let reclaim = if id % 64 == 0 { "1" } else { "0" };
         let backs = s.drain();
-        let answer: Vec<String> = s.run(|con| {
-            let mut inv = s.scripts.take.prepare_invoke();
-            inv.arg(&s.prefix).arg(t.key.unwrap_or("")).arg(t.max_leases.unwrap_or(0)).arg(ms(t.lease_ttl)).arg(ms(t.session_ttl));
-            inv.arg(ramp).arg(interval).arg(horizon).arg(id).arg(reclaim).arg(if t.renew { "1" } else { "0" }).arg(backs.len());
-            for hb in &backs {
-                inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
+        let mut cmd = Packed::new(15 + 3 * backs.len() + t.candidates.len());
+        cmd.arg("EVALSHA").arg(s.scripts.take.get_hash()).arg("0").arg(&s.prefix).arg(t.key.unwrap_or(""));
+        cmd.num(t.max_leases.unwrap_or(0)).num(ms(t.lease_ttl)).num(ms(t.session_ttl)).num(ramp).num(interval).num(horizon);
+        cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" }).num(backs.len());
+        for hb in &backs {
+            cmd.arg(&hb.exit).num(hb.lease).arg(hb.outcome);
+        }
+        for c in t.candidates {
+            cmd.arg(c);
+        }
+        let reply = s.run(|con| s.eval_packed(con, &s.scripts.take, &cmd.0))?;
+        let redis::Value::Array(items) = reply else { return Err(bad("take")) };
+        let word = |i: usize| match items.get(i) {
+            Some(redis::Value::BulkString(b)) => Some(b.as_slice()),
+            Some(redis::Value::SimpleString(s)) => Some(s.as_bytes()),
+            _ => None,
+        };
+        let text = |i: usize| word(i).and_then(|b| std::str::from_utf8(b).ok()).map(str::to_owned);
+        match word(0) {
+            Some(b"ok") => {
+                let exit = text(1).ok_or_else(|| bad("take"))?;
+                Ok(Taken::Granted { exit, lease: id, session: word(2) == Some(b"1") })
             }
-            for c in t.candidates {
-                inv.arg(*c);
-            }
-            inv.invoke(con)
-        })?;
-        let mut it = answer.into_iter();
-        match it.next().as_deref() {
-            Some("ok") => {
-                let (Some(exit), Some(session)) = (it.next(), it.next()) else { return Err(bad("take")) };
-                Ok(Taken::Granted { exit, lease: id, session: session == "1" })
-            }
-            Some("full") => Ok(Taken::Full { exit: it.next() }),
-            Some("elsewhere") => Ok(Taken::Elsewhere { exit: it.next().ok_or_else(|| bad("take"))? }),
-            Some("warm") => {
-                let (Some(exit), Some(wait)) = (it.next(), it.next()) else { return Err(bad("take")) };
+            Some(b"full") => Ok(Taken::Full { exit: text(1) }),
+            Some(b"elsewhere") => Ok(Taken::Elsewhere { exit: text(1).ok_or_else(|| bad("take"))? }),
+            Some(b"warm") => {
+                let (Some(exit), Some(wait)) = (text(1), text(2)) else { return Err(bad("take")) };
                 let wait: f64 = wait.parse().map_err(|_| bad("take"))?;
                 Ok(Taken::WarmingUp { exit, wait: wait / 1000.0 })
             }

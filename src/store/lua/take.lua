@@ -8,9 +8,10 @@
 --       candidates...
 -- Returns {'ok', exit, session} | {'full', exit?} | {'warm', exit, wait_ms}
 --       | {'elsewhere', exit} (the key's session is on another exit: nothing taken or extended)
-local p, key = ARGV[1], ARGV[2]
-local max, lease_ttl, session_ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local ramp, interval, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+-- Numbers are converted only where they are used: a conversion costs the server about as
+-- much as a read command, and this script runs once per lease.
+local p, key, session_ttl = ARGV[1], ARGV[2], ARGV[5]
+local max = ARGV[3] ~= '0' and tonumber(ARGV[3])
 local id, reclaim_now, renew, backs = ARGV[9], ARGV[10] == '1', ARGV[11] == '1', tonumber(ARGV[12])
 local now = now_ms()
 for i = 13, 12 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
@@ -19,7 +20,7 @@ local first = 13 + 3 * backs
 -- Expired leases (a crashed worker's) are reclaimed when they would make the exit look full:
 -- the common case, room under the ceiling, costs one ZCARD.
 local function room(exit)
-  if max == 0 then return true end
+  if not max then return true end
   local z = p .. 'lease:' .. exit
   if redis.call('ZCARD', z) < max then return true end
   reclaim(p, exit, now)
@@ -28,8 +29,8 @@ end
 
 local function take(exit)
   -- Without a ceiling nothing looks full: reclaim a crashed worker's leases now and then.
-  if max == 0 and reclaim_now then reclaim(p, exit, now) end
-  redis.call('ZADD', p .. 'lease:' .. exit, now + lease_ttl, id)
+  if not max and reclaim_now then reclaim(p, exit, now) end
+  redis.call('ZADD', p .. 'lease:' .. exit, now + ARGV[4], id)
 end
 
 if key ~= '' then
@@ -44,7 +45,8 @@ if key ~= '' then
   end
   if not exit then return {'full'} end
   if not room(exit) then return {'full', exit} end
-  if ramp > 0 then
+  if ARGV[6] ~= '0' then
+    local ramp, interval, horizon = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
     local pk = p .. 'pair:' .. key
     local prev = redis.call('HGET', pk, exit)
     local born = now
