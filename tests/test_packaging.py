@@ -75,7 +75,7 @@ def test_the_sdist_metadata(sdist):
         meta = email.message_from_bytes(tar.extractfile(f"{top}/PKG-INFO").read())
     assert meta["Name"] == "exitpool"
     assert meta["Version"] == exitpool.__version__
-    assert meta["Requires-Python"] == ">=3.9"
+    assert meta["Requires-Python"] == ">=3.10"
 
 
 def test_the_build_system_is_complete(sdist, tmp_path):
@@ -175,7 +175,7 @@ def test_the_sdist_installs_into_a_fresh_venv_and_works(sdist, tmp_path):
 
 def test_the_package_imports_on_the_oldest_cpython_here(tmp_path):
     versions = interpreters()
-    oldest = min(v for v in versions if v >= (3, 9))
+    oldest = min(v for v in versions if v >= (3, 10))
     # The abi3 module built for this environment, with the package beside it.
     package_dir = Path(exitpool.__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=str(package_dir), PYTHONNOUSERSITE="1")

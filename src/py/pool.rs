@@ -746,22 +746,24 @@ impl PyLease {
         let mut result = self.attempt(py, Duration::ZERO);
         let waited = matches!(result, Err(Refusal::Full));
         // Clock reads cost tens of nanoseconds here: only a lease that must wait pays them.
-        let budget = wait_budget(self.timeout);
-        let started = Instant::now();
-        while matches!(result, Err(Refusal::Full)) {
-            let left = budget.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            result = self.attempt(py, left.min(SIGNAL_CHECK));
-            if matches!(result, Err(Refusal::Full)) {
-                py.check_signals()?;
+        let started = waited.then(Instant::now);
+        if let Some(started) = started {
+            let budget = wait_budget(self.timeout);
+            while matches!(result, Err(Refusal::Full)) {
+                let left = budget.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                result = self.attempt(py, left.min(SIGNAL_CHECK));
+                if matches!(result, Err(Refusal::Full)) {
+                    py.check_signals()?;
+                }
             }
         }
         self.dispatch.deliver(py, &self.core);
         match result {
             Ok(grant) => {
-                if waited {
+                if let Some(started) = started {
                     self.core.record_wait(started.elapsed().as_secs_f64());
                 }
                 self.started(grant);
