@@ -23,7 +23,7 @@ use crate::proxy::mask_raw;
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,8 @@ struct Inner {
     /// Wakes the flusher when a hand-back starts waiting, and when the store closes.
     wake: Condvar,
     flusher: Once,
+    /// The flusher thread could not be started: every hand-back is sent at once instead.
+    no_flusher: AtomicBool,
     salt: u64,
     ids: AtomicU64,
 }
@@ -136,6 +138,7 @@ impl RedisStore {
                 pending: Mutex::new(Pending::default()),
                 wake: Condvar::new(),
                 flusher: Once::new(),
+                no_flusher: AtomicBool::new(false),
                 salt: crate::pool::random_seed(),
                 ids: AtomicU64::new(0),
             }),
@@ -388,10 +391,10 @@ impl Store for RedisStore {
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         let s = &self.inner;
-        let mut spawned = true;
         s.flusher.call_once(|| {
             let me = Arc::clone(s);
-            spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind()).is_ok();
+            let spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind());
+            s.no_flusher.store(spawned.is_err(), Ordering::Relaxed);
         });
         let (waiting, parked) = {
             let mut p = s.pending.lock();
@@ -402,7 +405,7 @@ impl Store for RedisStore {
         if parked {
             s.wake.notify_one();
         }
-        if waiting >= MAX_PENDING || !spawned {
+        if waiting >= MAX_PENDING || s.no_flusher.load(Ordering::Relaxed) {
             return s.flush();
         }
         Ok(())
