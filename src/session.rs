@@ -1,6 +1,7 @@
 //! Sticky sessions: `key -> exit` for a TTL that every lease extends. While a binding lives the
 //! key never moves; rotation happens only when a session ends.
 
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -11,7 +12,7 @@ pub struct Session {
 
 #[derive(Default)]
 pub struct Sessions {
-    map: HashMap<Box<str>, Session>,
+    map: HashMap<Box<str>, Session, RandomState>,
     /// Live sessions per exit handle, for bounded loads and for draining a benched exit.
     load: Vec<u32>,
     total: u32,
