@@ -240,7 +240,9 @@ async def _exitpool(
                 tally.captcha += verdict == "captcha"
                 tally.challenged += verdict == "challenge"
             except SessionExitLost as e:
-                # The account's exit is gone: end the session (log in again) and rebind.
+                # The account's exit is gone: end the session (log in again) and rebind. Only a
+                # keyed lease has a session to lose, and the pool names the key it was for.
+                assert e.key is not None
                 pool.end_session(e.key)
                 session_exit.pop(e.key, None)
                 tally.relogins += 1

@@ -225,7 +225,7 @@ def _judge(fails: List[List[Optional[bool]]], forced_rows: set, forced_cols: set
     def rows_given(cols: frozenset) -> frozenset:
         out = set(forced_rows)
         for i in range(ne):
-            seen = [fails[i][j] for j in range(ns) if j not in cols and fails[i][j] is not None]
+            seen = [f for j, f in enumerate(fails[i]) if j not in cols and f is not None]
             bad = sum(seen)
             if bad >= 1 and 2 * bad >= len(seen):
                 out.add(i)
@@ -234,7 +234,7 @@ def _judge(fails: List[List[Optional[bool]]], forced_rows: set, forced_cols: set
     def cols_given(rows: frozenset) -> frozenset:
         out = set(forced_cols)
         for j in range(ns):
-            seen = [fails[i][j] for i in range(ne) if i not in rows and fails[i][j] is not None]
+            seen = [f for i, f in enumerate(row[j] for row in fails) if i not in rows and f is not None]
             bad = sum(seen)
             if bad >= 2 and 2 * bad >= len(seen):
                 out.add(j)
@@ -281,7 +281,8 @@ def verdict(snapshot: Mapping[str, Any]) -> Verdict:
     site_info = {s.get("site"): s for s in snap.get("sites", []) if isinstance(s, dict)}
     pool = snap["pool"]
     incidents = set(x for x in pool.get("incidents") or [] if isinstance(x, str))
-    incidents |= {name for name, s in site_info.items() if s.get("incident") is True}
+    # A site object without a string name names no site (as for the pool's list above).
+    incidents |= {name for name, s in site_info.items() if isinstance(name, str) and s.get("incident") is True}
 
     forced_rows = {i for i, x in enumerate(g.exits) if by_id.get(x, {}).get("state") in ("dead", "quarantined")}
     forced_cols = {j for j, s in enumerate(g.sites) if s in incidents}
@@ -476,7 +477,8 @@ class _Layout:
 
         def exit_key(e: Mapping[str, Any]) -> tuple:
             rate = _num(e.get("success_rate"))
-            return (_STATE_RANK.get(e.get("state"), len(STATES)), e["exit_id"] not in bad_e, 2.0 if rate is None else rate, e["exit_id"])
+            # No state ranks like an unknown one: after every known state.
+            return (_STATE_RANK.get(e.get("state", ""), len(STATES)), e["exit_id"] not in bad_e, 2.0 if rate is None else rate, e["exit_id"])
 
         self.exits: List[Dict[str, Any]] = sorted(self.snap["exits"], key=exit_key)
         g = self.grid
@@ -661,7 +663,7 @@ def render_terminal(
             cells: List[Any] = [Text(e["exit_id"], style="bold red" if bad else "")]
             for j in cols:
                 rate = lay.rates[i][j] if i is not None else None
-                if rate is None:
+                if i is None or rate is None:  # an exit missing from the matrix has no cells
                     cells.append(Text("·", style="#8a8a8a on #3a3a3a", justify="center"))
                     continue
                 c = _rgb(rate)
@@ -678,9 +680,9 @@ def render_terminal(
         heat.add_row(*foot)
         con.print(heat)
         legend = Text("  ")
-        for v in (0.0, 0.25, 0.5, 0.75, 1.0):
-            c = _rgb(v)
-            legend.append(f"{_pct(v):>5}", style=f"{_ink(c)} on {_hex(c)}")
+        for level in (0.0, 0.25, 0.5, 0.75, 1.0):
+            c = _rgb(level)
+            legend.append(f"{_pct(level):>5}", style=f"{_ink(c)} on {_hex(c)}")
         legend.append("  ")
         legend.append(" · ", style="#8a8a8a on #3a3a3a")
         legend.append(" no data  Q quarantined  D dead  ! open incident", style="dim")
@@ -809,8 +811,8 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
                 w(f"<div>{label}: none</div>")
                 continue
             w(f"<div>{label}:</div><ul>")
-            for f in items:
-                w(f'<li><span class="name">{esc(f.name)}</span> — {esc(f.reason)}</li>')
+            for finding in items:
+                w(f'<li><span class="name">{esc(finding.name)}</span> — {esc(finding.reason)}</li>')
             w("</ul>")
         for note in v.notes:
             w(f'<div class="note">⚠ {esc(note)}</div>')
@@ -854,7 +856,7 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
             ex = esc(x)
             for j in lay.site_cols:
                 rate = lay.rates[i][j] if i is not None else None
-                if rate is None:
+                if i is None or rate is None:  # an exit missing from the matrix has no cells
                     w('<td class="c nd">·</td>')
                     continue
                 state = g.get(i, j, "state")

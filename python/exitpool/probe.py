@@ -333,7 +333,7 @@ async def probe(
     t = _seconds("timeout", timeout, positive=True)
     proxy, auth = _proxy_parts(exit, _REFUSAL)
     own = session is None
-    s = _session() if own else session
+    s = _session() if session is None else session
     try:
         results = await asyncio.gather(*(_one(s, exit, u, proxy, auth, t) for u in url_list))
     finally:
@@ -481,10 +481,10 @@ class ProbeLoop:
         suspect = False
         session = self._session or self._own_session
         temp = None
-        if due and session is None:
-            session = temp = _session()
         try:
             if due:
+                if session is None:  # none given and none from start(): one for this round only
+                    session = temp = _session()
                 results = await self._probe_all(due, session, self.stagger)
                 if not any(r.ok for r in results):
                     due_ids = {e.exit_id for e in due}

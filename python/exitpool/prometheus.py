@@ -31,7 +31,7 @@ exposition endpoint has no business publishing.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -43,16 +43,25 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
 
 from ._core import Pool, __version__
 
+if TYPE_CHECKING:  # the snapshot's TypedDicts exist in the stub only, not in the native module
+    from ._core import Snapshot
+
 __all__ = ["PoolCollector"]
 
-# The order the core reports outcome classes and health states in.
-OUTCOMES = ("success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other")
+# The order the core reports outcome classes and health states in. The keys are Literal types
+# so that mypy checks them against the snapshot's TypedDicts.
+_Outcome = Literal["success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other"]
+OUTCOMES: Tuple[_Outcome, ...] = ("success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other")
 STATES = ("healthy", "degraded", "probing", "quarantined", "dead")
 # Per-exit latency quantiles: the snapshot key and the `quantile` label value.
-LATENCY_QUANTILES = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
-WAIT_QUANTILES = (("p50", "0.5"), ("p99", "0.99"))
+LATENCY_QUANTILES: Tuple[Tuple[Literal["p50", "p95", "p99"], str], ...] = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
+WAIT_QUANTILES: Tuple[Tuple[Literal["p50", "p99"], str], ...] = (("p50", "0.5"), ("p99", "0.99"))
 
 _NAMESPACE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+# The families this collector makes: both take samples with add_metric(labels, value), which
+# the base Metric does not have.
+_Family = Union[GaugeMetricFamily, CounterMetricFamily]
 
 
 class PoolCollector:
@@ -105,9 +114,9 @@ class PoolCollector:
 
     # -- the families ------------------------------------------------------------------------
 
-    def _families(self) -> Dict[str, Metric]:
+    def _families(self) -> Dict[str, _Family]:
         ns = self._ns
-        f: Dict[str, Metric] = {}
+        f: Dict[str, _Family] = {}
 
         def gauge(key: str, doc: str, labels: Optional[List[str]] = None) -> None:
             f[key] = GaugeMetricFamily(f"{ns}_{key}", doc, labels=labels or [])
@@ -175,7 +184,7 @@ class PoolCollector:
     # -- filling them ------------------------------------------------------------------------
 
     @staticmethod
-    def _pool_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+    def _pool_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
         p, counts = snap["pool"], snap["counts"]
         f["build_info"].add_metric([__version__], 1)
         states = p["states"]
@@ -206,7 +215,7 @@ class PoolCollector:
         f["global_incident"].add_metric([], 1 if p["global_incident"] else 0)
 
     @staticmethod
-    def _exit_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+    def _exit_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
         for e in snap["exits"]:
             x = e["exit_id"]
             for state in STATES:
@@ -228,12 +237,13 @@ class PoolCollector:
                 f["exit_captcha_ratio"].add_metric([x], e["captcha_rate"])
             latency = e["latency"]
             for key, q in LATENCY_QUANTILES:
-                if latency[key] is not None:
-                    f["exit_latency_seconds"].add_metric([x, q], latency[key])
+                seconds = latency[key]
+                if seconds is not None:
+                    f["exit_latency_seconds"].add_metric([x, q], seconds)
             f["exit_latency_samples"].add_metric([x], latency["count"])
 
     @staticmethod
-    def _site_figures(f: Dict[str, Metric], snap: Dict[str, Any]) -> None:
+    def _site_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
         for s in snap["sites"]:
             site = s["site"]
             f["site_incident"].add_metric([site], 1 if s["incident"] else 0)

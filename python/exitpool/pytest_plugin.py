@@ -62,12 +62,15 @@ def exitpool_testbed(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield tb
 
 
+# A flag rather than the module set to None, so that the module keeps its own type.
 try:
     import pytest_asyncio as _pytest_asyncio
 except ImportError:  # pragma: no cover - depends on the user's environment
-    _pytest_asyncio = None
+    _HAVE_PYTEST_ASYNCIO = False
+else:
+    _HAVE_PYTEST_ASYNCIO = True
 
-if _pytest_asyncio is not None:
+if _HAVE_PYTEST_ASYNCIO:
 
     @_pytest_asyncio.fixture
     async def exitpool_testbed_async(request: pytest.FixtureRequest) -> Any:
