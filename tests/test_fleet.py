@@ -195,6 +195,57 @@ def test_processes_never_exceed_the_shared_ceiling(redis):
     assert max(peak.values()) == 2
 
 
+def _hold_in_child(pool, seconds, out):
+    """A forked child leasing on its parent's pool: spans inside its leases, and whether the
+    store stayed online without complaint."""
+    unavailable = []
+    pool.on_event(lambda e: unavailable.append(e["message"]) if e["kind"] == "store_unavailable" else None)
+    spans, deadline, n = [], time.monotonic() + seconds, 0
+    while time.monotonic() < deadline and n < 20_000:
+        n += 1
+        try:
+            with pool.lease(timeout=2.0) as lease:
+                start = time.monotonic()
+                time.sleep(0.003)
+                spans.append((lease.exit_id, start, time.monotonic()))
+        except exitpool.NoExitAvailable:
+            pass
+    out.put({"spans": spans, "online": pool.snapshot()["store"]["online"], "unavailable": unavailable})
+
+
+def test_forked_workers_use_connections_of_their_own(redis):
+    # A pool made before fork (multiprocessing, preforking servers) is inherited with its
+    # parent's sockets. Children that wrote on them would read each other's replies.
+    import multiprocessing
+
+    pool = Pool(exits(3), store=redis.url, namespace="fork", max_leases=2)
+    for _ in range(20):
+        with pool.lease():
+            pass
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    children = [ctx.Process(target=_hold_in_child, args=(pool, 2.0, out)) for _ in range(3)]
+    for c in children:
+        c.start()
+    mine = []
+    _hold_in_child(pool, 2.0, type("Q", (), {"put": staticmethod(mine.append)})())
+    reports = [out.get(timeout=60) for _ in children] + mine
+    for c in children:
+        c.join(30)
+        assert c.exitcode == 0
+    for r in reports:
+        assert r["online"] is True and r["unavailable"] == [], r["unavailable"]
+    spans = [s for r in reports for s in r["spans"]]
+    assert all(len(r["spans"]) > 20 for r in reports), [len(r["spans"]) for r in reports]
+    peak = max_overlap(spans)
+    assert max(peak.values()) == 2, peak
+    # Every slot came back: no lease id of one process was taken for another's.
+    with pool.lease():
+        pass
+    fleet = pool.snapshot()["store"]["exits"]
+    assert sum(e["active"] for e in fleet.values()) == 0
+
+
 def test_processes_agree_on_sessions(redis):
     keys = [f"acct-{i}" for i in range(60)]
     a = worker("assign", redis.url, "agree", "forward", keys=keys, exits=8)

@@ -12,6 +12,11 @@
 //! Lease ids are chosen here, not by the server: a counter scrambled with a per-store salt,
 //! distinct within the store and, across a fleet, colliding with odds of one in 2^64.
 //!
+//! A forked worker (multiprocessing, a preforking server) inherits the store with its parent's
+//! sockets, waiting hand-backs and salt. Like redis-py's connection pool, the store checks the
+//! process id before it uses any of them: a child forgets its parent's connections and
+//! hand-backs, draws a new salt and starts a flusher of its own.
+//!
 //! Reaching the server never blocks a caller for long: connecting gives up after 250 ms, a
 //! command after 500 ms, and after a failure no one tries again for a second, so a fleet whose
 //! Redis is down pays nothing per lease while it serves from local state.
@@ -23,8 +28,8 @@ use crate::proxy::mask_raw;
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
@@ -88,10 +93,13 @@ struct Inner {
     pending: Mutex<Pending>,
     /// Wakes the flusher when a hand-back starts waiting, and when the store closes.
     wake: Condvar,
-    flusher: Once,
+    /// The process whose connections, hand-backs and salt these are.
+    process: AtomicU32,
+    /// The process a flusher thread was started for (0: none yet).
+    flusher: AtomicU32,
     /// The flusher thread could not be started: every hand-back is sent at once instead.
     no_flusher: AtomicBool,
-    salt: u64,
+    salt: AtomicU64,
     ids: AtomicU64,
 }
 
@@ -137,9 +145,10 @@ impl RedisStore {
                 },
                 pending: Mutex::new(Pending::default()),
                 wake: Condvar::new(),
-                flusher: Once::new(),
+                process: AtomicU32::new(std::process::id()),
+                flusher: AtomicU32::new(0),
                 no_flusher: AtomicBool::new(false),
-                salt: crate::pool::random_seed(),
+                salt: AtomicU64::new(crate::pool::random_seed()),
                 ids: AtomicU64::new(0),
             }),
         })
@@ -159,6 +168,7 @@ impl Inner {
     /// Sends the waiting hand-backs on a connection, then runs `f` on it: a command never
     /// overtakes a release made before it.
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+        self.own_process();
         let backs = self.drain();
         self.run(|con| {
             if !backs.is_empty() {
@@ -185,6 +195,28 @@ impl Inner {
         }
     }
 
+    /// This process's id, after forgetting what a parent process left behind (see the module
+    /// documentation): its connections are its parent's sockets, its hand-backs the parent's
+    /// leases, and its salt would repeat the parent's lease ids.
+    fn own_process(&self) -> u32 {
+        let pid = std::process::id();
+        if self.process.load(Ordering::Acquire) != pid {
+            // Dropping a connection closes this process's copy of the socket only.
+            self.idle.lock().clear();
+            {
+                let mut p = self.pending.lock();
+                p.backs.clear();
+                p.since = None;
+                p.parked = false;
+            }
+            *self.retry_at.lock() = None;
+            self.salt.store(crate::pool::random_seed() ^ u64::from(pid), Ordering::Relaxed);
+            self.ids.store(0, Ordering::Relaxed);
+            self.process.store(pid, Ordering::Release);
+        }
+        pid
+    }
+
     fn drain(&self) -> Vec<HandBack> {
         let mut p = self.pending.lock();
         p.since = None;
@@ -202,6 +234,7 @@ impl Inner {
     }
 
     fn flush(&self) -> StoreResult<()> {
+        self.own_process();
         let backs = self.drain();
         if backs.is_empty() {
             return Ok(());
@@ -264,7 +297,8 @@ impl Inner {
 
     /// A lease id: the counter through a bijective mixer (splitmix64), salted per store.
     fn next_id(&self) -> u64 {
-        let mut z = self.salt.wrapping_add(self.ids.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let salt = self.salt.load(Ordering::Relaxed);
+        let mut z = salt.wrapping_add(self.ids.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         (z ^ (z >> 31)).max(1)
@@ -350,6 +384,7 @@ impl Store for RedisStore {
 
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
         let s = &*self.inner;
+        s.own_process();
         let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
         let id = s.next_id();
         // Without a ceiling, one take in 64 reclaims the exit's expired leases.
@@ -391,11 +426,14 @@ impl Store for RedisStore {
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         let s = &self.inner;
-        s.flusher.call_once(|| {
+        let pid = s.own_process();
+        // One flusher per process: a forked child has its parent's store but not its threads.
+        let started = s.flusher.load(Ordering::Acquire);
+        if started != pid && s.flusher.compare_exchange(started, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             let me = Arc::clone(s);
             let spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind());
             s.no_flusher.store(spawned.is_err(), Ordering::Relaxed);
-        });
+        }
         let (waiting, parked) = {
             let mut p = s.pending.lock();
             p.backs.push(HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) });
