@@ -310,7 +310,9 @@ class Pool:
     leases. ``clock`` replaces time for tests; ``seed`` makes ``p2c`` reproducible;
     ``cooldown`` is the ``lru`` per-site cooldown. ``store`` (``"memory://NAME"``,
     ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
-    ``namespace``.
+    ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
+    next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
+    leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``.
     """
 
     def __new__(
