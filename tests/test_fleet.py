@@ -195,9 +195,9 @@ def test_processes_never_exceed_the_shared_ceiling(redis):
     assert max(peak.values()) == 2
 
 
-def _hold_in_child(pool, seconds, out):
-    """A forked child leasing on its parent's pool: spans inside its leases, and whether the
-    store stayed online without complaint."""
+def _hold(pool, seconds):
+    """Leases on a pool for a while: spans inside its leases, and whether the store stayed
+    online without complaint."""
     unavailable = []
     pool.on_event(lambda e: unavailable.append(e["message"]) if e["kind"] == "store_unavailable" else None)
     spans, deadline, n = [], time.monotonic() + seconds, 0
@@ -210,7 +210,7 @@ def _hold_in_child(pool, seconds, out):
                 spans.append((lease.exit_id, start, time.monotonic()))
         except exitpool.NoExitAvailable:
             pass
-    out.put({"spans": spans, "online": pool.snapshot()["store"]["online"], "unavailable": unavailable})
+    return {"spans": spans, "online": pool.snapshot()["store"]["online"], "unavailable": unavailable}
 
 
 def test_forked_workers_use_connections_of_their_own(redis):
@@ -224,12 +224,12 @@ def test_forked_workers_use_connections_of_their_own(redis):
             pass
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    children = [ctx.Process(target=_hold_in_child, args=(pool, 2.0, out)) for _ in range(3)]
+    # Fork runs the target in the child as it is: nothing is pickled.
+    children = [ctx.Process(target=lambda: out.put(_hold(pool, 2.0))) for _ in range(3)]
     for c in children:
         c.start()
-    mine = []
-    _hold_in_child(pool, 2.0, type("Q", (), {"put": staticmethod(mine.append)})())
-    reports = [out.get(timeout=60) for _ in children] + mine
+    mine = _hold(pool, 2.0)
+    reports = [out.get(timeout=60) for _ in children] + [mine]
     for c in children:
         c.join(30)
         assert c.exitcode == 0
