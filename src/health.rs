@@ -726,16 +726,15 @@ mod tests {
         let c = cfg();
         let mut b = Breaker::new(0.0);
         feed(&mut b, &c, Signal::Failure(5.0), 1, 0.0);
-        let mut now = 0.0;
         for n in 1..c.dead_after {
-            now = b.until();
+            let now = b.until();
             b.poll(now);
             let trial = b.on_lease();
             let t = b.record(&c, Signal::Failure(1.0), trial, now, Ejection::Allowed, 0.5).unwrap();
             assert_eq!((t.from, t.to, t.reason), (State::Probing, State::Quarantined, Reason::TrialFailed));
             assert_eq!(b.until() - now, c.backoff(n + 1));
         }
-        now = b.until();
+        let now = b.until();
         b.poll(now);
         let t = b.record(&c, Signal::Failure(1.0), 0, now, Ejection::Allowed, 0.5).unwrap();
         assert_eq!(t.to, State::Dead);

@@ -215,6 +215,21 @@ pub fn scheme_end(raw: &str) -> Option<usize> {
     ok.then_some(i + 3)
 }
 
+/// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
+/// IPv6: `[::1]:8000:user:pass`). The password is everything after the third field's colon,
+/// so it may hold anything, `@` and `:` included; the port must be all digits.
+pub fn host_port_user_pass(raw: &str) -> Option<(&str, &str, &str, &str)> {
+    let (host, rest) = if raw.starts_with('[') {
+        let end = raw.find(']')?;
+        (&raw[..=end], raw[end + 1..].strip_prefix(':')?)
+    } else {
+        raw.split_once(':')?
+    };
+    let (port, rest) = rest.split_once(':')?;
+    let (user, pass) = rest.split_once(':')?;
+    (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some((host, port, user, pass))
+}
+
 /// Decodes `%XX` escapes and keeps a `%` that starts no escape as itself, so that passwords
 /// written raw (`100%`) and written encoded (`p%40ss`) both work.
 fn decode_lenient(s: &str) -> std::result::Result<String, std::str::Utf8Error> {
@@ -230,11 +245,8 @@ pub fn mask_raw(raw: &str) -> String {
         None => ("", raw),
     };
     // `host:port:user:pass` first: its password may hold an `@` (or anything else).
-    if prefix.is_empty() {
-        let parts: Vec<&str> = rest.splitn(4, ':').collect();
-        if parts.len() == 4 && !parts[1].is_empty() && parts[1].bytes().all(|b| b.is_ascii_digit()) {
-            return format!("{}:{}:{}:{MASK}", parts[0], parts[1], parts[2]);
-        }
+    if let (true, Some((host, port, user, _))) = (prefix.is_empty(), host_port_user_pass(rest)) {
+        return format!("{host}:{port}:{user}:{MASK}");
     }
     if let Some(at) = rest.rfind('@') {
         let userinfo = &rest[..at];
@@ -341,5 +353,6 @@ mod tests {
         assert_eq!(mask_raw("h:1"), "h:1");
         assert_eq!(mask_raw("http://user:pass"), "http://user:[secure]");
         assert_eq!(mask_raw("http://h:8000/"), "http://h:8000/");
+        assert_eq!(mask_raw("[::1]:8000:u:p:w"), "[::1]:8000:u:[secure]");
     }
 }

@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{mask_raw, scheme_end, ProxyUrl, Scheme};
+use crate::proxy::{host_port_user_pass, mask_raw, scheme_end, ProxyUrl, Scheme};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -62,7 +62,8 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
         [first, proxy] if id.is_none() => {
             // An id never carries a password: a first token that does is a second proxy, and
             // taking it as the id would show its password wherever ids are shown.
-            if scheme_end(first).is_some() || parse_proxy_token(first).is_ok_and(|p| p.password().is_some()) {
+            // Masking is the wider net: it also hides what only looks like a password.
+            if scheme_end(first).is_some() || mask_raw(first) != *first || parse_proxy_token(first).is_ok_and(|p| p.password().is_some()) {
                 return Err(Error::BadProxy(format!("two proxies on one line: {:?} and {:?} (one exit a line)", mask_raw(first), mask_raw(proxy))));
             }
             id = Some(*first);
@@ -116,12 +117,12 @@ fn parse_proxy_token(token: &str) -> Result<ProxyUrl> {
     }
     // `host:port:user:pass` first: its password may hold an `@`, and its port is all digits,
     // which the `user` of `user:pass@host:port` never is next to a colon-free host.
+    if let Some((host, port, user, pass)) = host_port_user_pass(token) {
+        return ProxyUrl::from_parts(Scheme::Http, &format!("{host}:{port}"), Some(user), Some(pass));
+    }
     let parts: Vec<&str> = token.splitn(4, ':').collect();
     let numeric_port = parts.len() >= 2 && !parts[1].is_empty() && parts[1].bytes().all(|b| b.is_ascii_digit());
     match parts.as_slice() {
-        [host, port, user, pass] if numeric_port => {
-            ProxyUrl::from_parts(Scheme::Http, &format!("{host}:{port}"), Some(user), Some(pass))
-        }
         _ if token.contains('@') => ProxyUrl::parse_shown(&format!("http://{token}"), Some(&mask_raw(token))),
         [_, _] if numeric_port => ProxyUrl::from_parts(Scheme::Http, token, None, None),
         _ => Err(Error::BadProxy(format!(
@@ -144,7 +145,14 @@ mod tests {
 
     #[test]
     fn a_password_never_becomes_an_id() {
-        for line in ["http://u:hunter2@gw.example:8000 gw.example:9000", "u:hunter2@gw.example:8000 gw.example:9000", "user:hunter2://x@gw.example:8000", "\u{1}user:hunter2@gw.example:8000"] {
+        for line in [
+            "http://u:hunter2@gw.example:8000 gw.example:9000",
+            "u:hunter2@gw.example:8000 gw.example:9000",
+            "user:hunter2://x@gw.example:8000",
+            "\u{1}user:hunter2@gw.example:8000",
+            // Found by fuzzing: an IPv6 provider line used to pass for an id.
+            "[::1]:8000:user:hunter2 gw.example:8001",
+        ] {
             match parse(&[line]) {
                 Ok(exits) => assert!(exits.iter().all(|e| !e.id.contains("hunter2")), "{line}: {exits:?}"),
                 Err(e) => assert!(!e.to_string().contains("hunter2"), "{line}: {e}"),
@@ -172,6 +180,12 @@ mod tests {
         assert_eq!(exits[3].capacity, 3);
         assert_eq!(exits[3].tag("country"), Some("DE"));
         assert_eq!(exits[3].ip, Some("93.184.10.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_ipv6_provider_line_reads_as_one_exit() {
+        let e = parse_line("[::1]:8000:user-7:p@ss:w").unwrap().unwrap();
+        assert_eq!((e.id.as_str(), e.proxy.password()), ("user-7@[::1]:8000", Some("p@ss:w")));
     }
 
     #[test]
