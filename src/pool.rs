@@ -262,6 +262,8 @@ struct ViewMembers<'a> {
     fleet: &'a Fleet,
     site: u32,
     now: f64,
+    /// Exits this pick passes over (a keyless retry after a ban); usually empty.
+    avoid: &'a [u32],
 }
 
 /// Weights go to the strategies as integers; this many units stand for one unit of capacity,
@@ -275,7 +277,7 @@ impl Members for ViewMembers<'_> {
     #[inline]
     fn eligible(&self, m: usize) -> bool {
         let h = self.members[m];
-        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes
+        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes && !self.avoid.contains(&h)
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
@@ -476,8 +478,15 @@ impl Pool {
 
     /// One attempt, without waiting.
     pub fn try_acquire(&self, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
+        self.try_acquire_avoiding(view, key, site, &[])
+    }
+
+    /// One attempt whose keyless pick passes over the exits named in `avoid` (a page retried
+    /// after a ban must not land where it was banned). A keyed lease goes to its session's or
+    /// its ring's exit and ignores `avoid`: moving an account is never a side effect.
+    pub fn try_acquire_avoiding(&self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> std::result::Result<Grant, Refusal> {
         if let Some(sh) = &self.shared {
-            let r = self.shared_attempt(sh, view, key, site);
+            let r = self.shared_attempt(sh, view, key, site, avoid);
             if r.is_ok() {
                 self.state.lock().waits.immediate += 1;
             }
@@ -486,7 +495,7 @@ impl Pool {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let wake = st.expire(now) && st.waiters > 0;
-        let r = st.attempt(view, key, site, now);
+        let r = st.attempt(view, key, site, avoid, now);
         if r.is_ok() {
             st.waits.immediate += 1;
         }
@@ -521,6 +530,12 @@ impl Pool {
 
     /// One bounded wait, counting nothing: `Grant::waited` is 0 when no wait was needed.
     pub fn acquire_within(&self, view: u32, key: Option<&str>, site: Option<&str>, timeout: Duration) -> std::result::Result<Grant, Refusal> {
+        self.acquire_within_avoiding(view, key, site, &[], timeout)
+    }
+
+    /// [`Pool::acquire_within`] with a keyless pick that passes over `avoid`, as in
+    /// [`Pool::try_acquire_avoiding`].
+    pub fn acquire_within_avoiding(&self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], timeout: Duration) -> std::result::Result<Grant, Refusal> {
         let started = Instant::now();
         // `None` from Python arrives as a huge timeout; a deadline past the clock's range is "never".
         let deadline = started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 86_400));
@@ -529,7 +544,7 @@ impl Pool {
             // from 2 ms doubling to 50 ms.
             let mut pause = Duration::from_millis(2);
             loop {
-                match self.shared_attempt(sh, view, key, site) {
+                match self.shared_attempt(sh, view, key, site, avoid) {
                     Err(Refusal::Full) if Instant::now() < deadline => {
                         std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
                         pause = (pause * 2).min(Duration::from_millis(50));
@@ -550,7 +565,7 @@ impl Pool {
             if st.expire(now) && st.waiters > 0 {
                 self.freed.notify_all();
             }
-            match st.attempt(view, key, site, now) {
+            match st.attempt(view, key, site, avoid, now) {
                 Err(Refusal::Full) if Instant::now() < deadline => {
                     st.waiters += 1;
                     waited = true;
@@ -1013,21 +1028,22 @@ impl Pool {
     /// strategy), let the store take the slot atomically (one round trip), then record what it
     /// granted. The pool's lock is not held while the store is asked. When the store cannot
     /// be reached, the pool's own state decides, as in a pool of its own.
-    fn shared_attempt(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
+    fn shared_attempt(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> std::result::Result<Grant, Refusal> {
         self.sync_health(sh);
         let now = self.clock.now();
         // While the store is away it answers at once (it retries the server once a second).
-        self.shared_take(sh, view, key, site, now).unwrap_or_else(|| self.state.lock().attempt(view, key, site, now))
+        self.shared_take(sh, view, key, site, avoid, now).unwrap_or_else(|| self.state.lock().attempt(view, key, site, avoid, now))
     }
 
     /// `None` when the store could not be asked.
-    fn shared_take(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> Option<std::result::Result<Grant, Refusal>> {
+    fn shared_take(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], now: f64) -> Option<std::result::Result<Grant, Refusal>> {
         let mut st = self.state.lock();
         if st.expire(now) && st.waiters > 0 {
             self.freed.notify_all();
         }
         let site_id = st.site_id(site);
-        let (h, choice) = match (st.decide(view, key, site_id, now, false), key) {
+        let avoid = st.avoided(key, avoid);
+        let (h, choice) = match (st.decide(view, key, site_id, &avoid, now, false), key) {
             (Ok(d), _) => d,
             (Err(r), None) => return Some(Err(r)),
             (Err(r), Some(k)) => {
@@ -1048,7 +1064,7 @@ impl Pool {
         };
         let mut candidates = vec![st.exits[h as usize].exit.clone()];
         if key.is_none() {
-            st.fallbacks(view, h, site_id, now, &mut candidates);
+            st.fallbacks(view, h, site_id, &avoid, now, &mut candidates);
         }
         let (max_leases, lease_ttl, session_ttl, warmup) = (st.cfg.max_leases, st.cfg.lease_ttl, st.cfg.session_ttl, st.cfg.warmup);
         let renew = key.is_none_or(|k| st.sessions.live(k, now).is_none_or(|s| s.expires - now <= session_ttl * (1.0 - RENEW_SLACK)));
@@ -1376,12 +1392,12 @@ impl State {
         if let Some(h) = v.ring.walk(key).find(|&h| admitted(h)) {
             return Ok((h, Choice::Next));
         }
-        Err(self.why_none(view, site, now))
+        Err(self.why_none(view, site, &[], now))
     }
 
     /// Why no member of the view could take a lease: cooling (retry later), full (a release
     /// will free a slot, or a probing exit's trial will come back), or out of service.
-    fn why_none(&self, view: u32, site: u32, now: f64) -> Refusal {
+    fn why_none(&self, view: u32, site: u32, avoid: &[u32], now: f64) -> Refusal {
         if let Some(wait) = self.soonest_cool(view, site, now) {
             return Refusal::Cooling { wait, why: RATE_LIMITED_ALL };
         }
@@ -1389,6 +1405,7 @@ impl State {
         let waitable = self.views[view as usize]
             .members
             .iter()
+            .filter(|h| !avoid.contains(h))
             .any(|&h| self.exits[h as usize].active >= max_leases || self.fleet.state(h, Some(site)) == Health::Probing);
         if waitable {
             Refusal::Full
@@ -1410,9 +1427,10 @@ impl State {
     }
 
     #[inline]
-    fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, now: f64) -> std::result::Result<Grant, Refusal> {
+    fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], now: f64) -> std::result::Result<Grant, Refusal> {
         let site = self.site_id(site);
-        let (h, choice) = self.decide(view, key, site, now, true)?;
+        let avoid = self.avoided(key, avoid);
+        let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
@@ -1430,7 +1448,7 @@ impl State {
     /// can act on (a lost session, cooling, full, nothing in service). With a shared store the
     /// store knows the sessions (`local_sessions` false): another worker may have ended one.
     #[inline]
-    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, now: f64, local_sessions: bool) -> std::result::Result<(u32, Choice), Refusal> {
+    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, avoid: &[u32], now: f64, local_sessions: bool) -> std::result::Result<(u32, Choice), Refusal> {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         self.fleet.poll(now);
         self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
@@ -1456,13 +1474,13 @@ impl State {
                 }
                 let State { views, exits, last_used, rng, cfg, fleet, .. } = self;
                 let v = &mut views[view as usize];
-                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
+                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now, avoid };
                 let picked = v.selector.pick(strategy, &members, rng, lru.then_some((now, cfg.cooldown)));
                 let m = match picked {
                     Ok(m) => m,
                     Err(NoPick::Cooling(wait)) => return Err(Refusal::Cooling { wait, why: LRU_COOLDOWN }),
                     Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
-                    Err(NoPick::Nothing) => return Err(self.why_none(view, site, now)),
+                    Err(NoPick::Nothing) => return Err(self.why_none(view, site, avoid, now)),
                 };
                 let h = v.members[m];
                 if lru {
@@ -1499,16 +1517,25 @@ impl State {
 
     /// Other members of the view that could take a keyless lease for the site, fewest local
     /// leases first, for the store to try when the pick is full fleet-wide.
-    fn fallbacks(&self, view: u32, picked: u32, site: u32, now: f64, out: &mut Vec<Arc<Exit>>) {
+    fn fallbacks(&self, view: u32, picked: u32, site: u32, avoid: &[u32], now: f64, out: &mut Vec<Arc<Exit>>) {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         let mut more: Vec<u32> = self.views[view as usize]
             .members
             .iter()
             .copied()
-            .filter(|&h| h != picked && self.exits[h as usize].active < max_leases && self.fleet.admits(h, site, now) == Admit::Yes)
+            .filter(|&h| h != picked && !avoid.contains(&h) && self.exits[h as usize].active < max_leases && self.fleet.admits(h, site, now) == Admit::Yes)
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);
         out.extend(more.into_iter().take(KEYLESS_FALLBACKS).map(|h| self.exits[h as usize].exit.clone()));
+    }
+
+    /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids
+    /// no longer in the pool are dropped. Empty, it allocates nothing.
+    fn avoided(&self, key: Option<&str>, avoid: &[&str]) -> Vec<u32> {
+        match key {
+            Some(_) => Vec::new(),
+            None => avoid.iter().filter_map(|id| self.by_id.get(*id).copied()).collect(),
+        }
     }
 
     /// The store granted a slot on another exit than the one decided here: for a keyless

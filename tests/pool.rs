@@ -256,3 +256,39 @@ fn threads_never_exceed_max_leases_and_counts_balance() {
     assert_eq!(snap.counts.acquired, 32_000);
     assert_eq!(snap.counts.acquired, snap.counts.released + snap.counts.expired + snap.live_leases as u64);
 }
+
+/// Every strategy, on the pool's own state and on a shared store: a keyless pick passes over
+/// the avoided exits, a keyed one ignores them, and when only avoided exits could serve the
+/// refusal is the one the caller can act on.
+#[test]
+fn a_keyless_pick_passes_over_the_avoided_exits() {
+    for strategy in [Strategy::RoundRobin, Strategy::Weighted, Strategy::LeastConn, Strategy::Lru, Strategy::P2c] {
+        for shared in [false, true] {
+            let clock = ManualClock::new(0.0);
+            let exits: Vec<Exit> = (0..4).map(|i| exit(&format!("e{i}"), 1, &[])).collect();
+            let cfg = Config { strategy, cooldown: 0.0, ..cfg() };
+            let p = if shared {
+                let store: Arc<dyn exitpool::store::Store> = Arc::new(exitpool::store::MemoryStore::new("avoid", Arc::new(clock.clone())));
+                Pool::with_store(exits, cfg, Arc::new(clock.clone()), store).unwrap()
+            } else {
+                Pool::new(exits, cfg, Arc::new(clock.clone())).unwrap()
+            };
+            let case = format!("{strategy:?}, shared store: {shared}");
+            for _ in 0..40 {
+                let g = p.try_acquire_avoiding(0, None, Some("site"), &["e0", "e2", "gone"]).unwrap();
+                assert!(g.exit.id == "e1" || g.exit.id == "e3", "{case}: {}", g.exit.id);
+                p.release(g.id, &Report::SUCCESS);
+            }
+            let home = p.assign(0, "acct").unwrap().id.clone();
+            let g = p.try_acquire_avoiding(0, Some("acct"), None, &[home.as_str()]).unwrap();
+            assert_eq!(g.exit.id, home, "{case}: a keyed lease never moves for `avoid`");
+            p.release(g.id, &Report::SUCCESS);
+            p.bench("e1").unwrap();
+            p.bench("e3").unwrap();
+            let r = p.try_acquire_avoiding(0, None, None, &["e0", "e2"]);
+            assert_eq!(r.map(|g| g.exit.id.clone()).unwrap_err(), Refusal::OutOfService, "{case}");
+            // Nothing avoided: the same pool serves.
+            assert!(p.try_acquire(0, None, None).is_ok(), "{case}");
+        }
+    }
+}

@@ -985,3 +985,47 @@ def test_a_huge_but_finite_timeout_never_panics(pool):
             assert lease.exit_id
     except InvalidInput:
         pass
+
+
+# --- avoid: a keyless retry elsewhere ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", [None, "memory://avoid-test"])
+def test_a_keyless_lease_passes_over_the_avoided_exits(clock, store):
+    pool = Pool(make_exits(4), clock=clock, store=store)
+    first, second = set(), set()
+    for _ in range(20):
+        with pool.lease(site="shop.example", avoid=["e0", "e2", "no-such-exit"]) as lease:
+            first.add(lease.exit_id)
+        lease = pool.acquire(avoid=("e1",))
+        second.add(lease.exit_id)
+        pool.release(lease, status=200)
+    assert first == {"e1", "e3"}
+    assert second == {"e0", "e2", "e3"}
+    assert pool_outcomes(pool) == {"success": 40}  # no pick was taken and handed back
+
+
+def test_avoid_refuses_when_only_avoided_exits_could_serve(pool):
+    with pytest.raises(NoExitAvailable):
+        pool.acquire(avoid=["sess-a1b2", "sess-c3d4"], timeout=0)
+    assert pool.acquire(avoid=[]).exit_id in ("sess-a1b2", "sess-c3d4")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"key": "acct", "avoid": ["sess-a1b2"]}, "avoid is for keyless leases"),
+        ({"avoid": "sess-a1b2"}, "not one string"),
+        ({"avoid": [1]}, "avoid holds int"),
+    ],
+)
+def test_bad_avoid_is_refused_and_leases_nothing(pool, kwargs, message):
+    with pytest.raises(InvalidInput, match=message):
+        pool.acquire(**kwargs)
+    assert counts(pool)["acquired"] == 0
+
+
+def test_a_keyed_lease_with_an_empty_avoid_goes_home(pool):
+    home = pool.assign("acct").exit_id
+    with pool.lease("acct", avoid=()) as lease:
+        assert lease.exit_id == home

@@ -343,15 +343,33 @@ class Pool:
     @property
     def store(self) -> Optional[str]:
         """The shared store's URL (credentials masked), or None for a pool of its own."""
-    def lease(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+    def lease(
+        self,
+        key: Optional[str] = None,
+        *,
+        site: Optional[str] = None,
+        timeout: Optional[float] = None,
+        avoid: Optional[Iterable[str]] = None,
+    ) -> Lease:
         """A context manager (``with`` or ``async with``) leasing an exit for ``key``.
 
         Waits up to ``timeout`` seconds (``None``: as long as it takes) while every exit that
         could serve is at ``max_leases``, then raises :class:`NoExitAvailable`. Sync leases
         raise :class:`WarmingUp` and :class:`Cooling` at once; async leases wait them out when
         the wait fits the timeout. A session whose exit is gone raises :class:`SessionExitLost`.
+
+        ``avoid`` (keyless leases only) names exits the pick must pass over, say the ones a
+        page was just banned from; ids no longer in the pool are ignored. When only avoided
+        exits could serve, the lease is refused as if they were busy or out of service.
         """
-    def acquire(self, key: Optional[str] = None, *, site: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+    def acquire(
+        self,
+        key: Optional[str] = None,
+        *,
+        site: Optional[str] = None,
+        timeout: Optional[float] = None,
+        avoid: Optional[Iterable[str]] = None,
+    ) -> Lease:
         """Lease now, without ``with``; end it with :meth:`release`."""
     def release(
         self,

@@ -264,8 +264,19 @@ impl PyPool {
     }
 
     /// A context manager (`with` and `async with`) that leases an exit for `key`.
-    #[pyo3(signature = (key=None, *, site=None, timeout=None))]
-    fn lease(&self, py: Python<'_>, key: Option<Bound<'_, PyString>>, site: Option<Bound<'_, PyString>>, timeout: Option<f64>) -> PyResult<PyLease> {
+    #[pyo3(signature = (key=None, *, site=None, timeout=None, avoid=None))]
+    fn lease(
+        &self,
+        py: Python<'_>,
+        key: Option<Bound<'_, PyString>>,
+        site: Option<Bound<'_, PyString>>,
+        timeout: Option<f64>,
+        avoid: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyLease> {
+        let avoid = match avoid {
+            None => None,
+            Some(ids) => avoid_of(py, ids, key.is_some())?,
+        };
         Ok(PyLease {
             core: self.core.clone(),
             dispatch: self.dispatch.clone(),
@@ -274,14 +285,22 @@ impl PyPool {
             key: key.map(Bound::unbind),
             site: site.map(Bound::unbind),
             timeout: timeout_of(py, timeout)?,
+            avoid,
             state: Mutex::new(LeaseState::default()),
         })
     }
 
     /// Leases at once (waiting up to `timeout` for a free slot); pair with `release`.
-    #[pyo3(signature = (key=None, *, site=None, timeout=None))]
-    fn acquire(&self, py: Python<'_>, key: Option<Bound<'_, PyString>>, site: Option<Bound<'_, PyString>>, timeout: Option<f64>) -> PyResult<PyLease> {
-        let lease = self.lease(py, key, site, timeout)?;
+    #[pyo3(signature = (key=None, *, site=None, timeout=None, avoid=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: Option<Bound<'_, PyString>>,
+        site: Option<Bound<'_, PyString>>,
+        timeout: Option<f64>,
+        avoid: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyLease> {
+        let lease = self.lease(py, key, site, timeout, avoid)?;
         lease.enter(py)?;
         Ok(lease)
     }
@@ -688,7 +707,30 @@ pub struct PyLease {
     key: Option<Py<PyString>>,
     site: Option<Py<PyString>>,
     timeout: Option<f64>,
+    /// Exit ids a keyless pick passes over (`avoid=`); `None` for nearly every lease.
+    avoid: Option<Box<[Box<str>]>>,
     state: Mutex<LeaseState>,
+}
+
+/// `avoid=`: exit ids (strings) for a keyless lease. A key with a non-empty `avoid` is bad
+/// input: an account goes to its own exit, and a caller who wants it elsewhere ends its session.
+fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Option<Box<[Box<str>]>>> {
+    if ids.is_instance_of::<PyString>() {
+        return Err(invalid_input(py, "avoid must be a collection of exit ids, not one string"));
+    }
+    let mut out = Vec::new();
+    for id in ids.try_iter()? {
+        let id = id?;
+        let id = id.cast::<PyString>().map_err(|_| invalid_input(py, format!("avoid holds {}, not an exit id (str)", id.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+        out.push(Box::<str>::from(id.to_str()?));
+    }
+    if out.is_empty() {
+        return Ok(None);
+    }
+    if keyed {
+        return Err(invalid_input(py, "avoid is for keyless leases: a keyed lease goes to its session's exit (end the session to move it)"));
+    }
+    Ok(Some(out.into_boxed_slice()))
 }
 
 /// `None` means "as long as it takes"; a slot always frees within `lease_ttl` anyway.
@@ -701,14 +743,16 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 impl PyLease {
     fn attempt(&self, py: Python<'_>, wait: Duration) -> Result<Grant, Refusal> {
+        // Empty (nearly always), this allocates nothing.
+        let avoid: Vec<&str> = self.avoid.iter().flat_map(|a| a.iter().map(|id| &**id)).collect();
         let run = |k: Option<&str>, s: Option<&str>| {
             if wait.is_zero() && !self.core.is_shared() {
-                self.core.try_acquire(self.view, k, s)
+                self.core.try_acquire_avoiding(self.view, k, s, &avoid)
             } else if wait.is_zero() {
                 // A shared store is a network round trip: other threads run meanwhile.
-                py.detach(|| self.core.try_acquire(self.view, k, s))
+                py.detach(|| self.core.try_acquire_avoiding(self.view, k, s, &avoid))
             } else {
-                py.detach(|| self.core.acquire_within(self.view, k, s, wait))
+                py.detach(|| self.core.acquire_within_avoiding(self.view, k, s, &avoid, wait))
             }
         };
         // Both strings are immutable and held by this lease for the whole call.
