@@ -8,12 +8,14 @@ per exit and closed, and no proxy password shows anywhere."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import gc
 import logging
 import socket
 import ssl
 import sys
+import threading
 import warnings
 from typing import Any, Dict, List
 
@@ -24,13 +26,14 @@ import requests
 import trustme
 from aiohttp import web
 
-from exitpool import Exit, InvalidInput, Pool
+from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool
 from exitpool import aiohttp as ep_aiohttp
 from exitpool import httpx as ep_httpx
 from exitpool import requests as ep_requests
 from exitpool.testbed import Testbed
 
 T = 5.0  # every client call is bounded
+SWITCH = 1e-5
 PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 NO_PROXY_ENV = ("NO_PROXY", "no_proxy")
 
@@ -127,11 +130,14 @@ class Echo:
     """An extra target on loopback, plain http and https (a trustme CA), for what the testbed
     site does not do: echo the headers it received, set a cookie, redirect to another host."""
 
+    BIG = 4 << 20  # bytes of /big: more than one read, so a pool closed mid-body breaks it
+
     def __init__(self):
         self.ca = trustme.CA()
         self._server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ca.issue_cert("127.0.0.1").configure_cert(self._server_ctx)
         self._runner = None
+        self._stopping = None
         self.http_url = self.https_url = ""
 
     def client_ssl(self):
@@ -153,11 +159,29 @@ class Echo:
     async def _redirect(request):
         raise web.HTTPFound(request.query["to"])
 
+    async def _drip(self, request):
+        # The headers and a first byte at once, the rest after `delay` seconds (or at stop).
+        r = web.StreamResponse(headers={"Content-Length": "2"})
+        await r.prepare(request)
+        await r.write(b"x")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), float(request.query.get("delay", "2")))
+        with contextlib.suppress(ConnectionError):
+            await r.write(b"y")
+        return r
+
+    @staticmethod
+    async def _big(request):
+        return web.Response(body=b"b" * Echo.BIG, content_type="application/octet-stream")
+
     async def start(self):
+        self._stopping = asyncio.Event()
         app = web.Application()
         app.router.add_get("/headers", self._headers)
         app.router.add_get("/cookie", self._cookie)
         app.router.add_get("/redirect", self._redirect)
+        app.router.add_get("/drip", self._drip)
+        app.router.add_get("/big", self._big)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         plain = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -169,6 +193,8 @@ class Echo:
         return self
 
     async def stop(self):
+        if self._stopping is not None:
+            self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -688,3 +714,336 @@ async def test_aiohttp_exit_session_refuses_its_own_proxy_and_is_closed(exitpool
     with pytest.raises(RuntimeError):
         async with http.get(tb.control_url):
             pass
+
+
+def established_to(*ports):
+    """This host's open (ESTABLISHED) TCP connections towards ``ports`` on loopback: the
+    client side of connections to the testbed's proxies."""
+    try:
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        pytest.skip("needs /proc/net/tcp to count open connections")
+    count = 0
+    for row in rows:
+        fields = row.split()
+        remote, state = fields[2], fields[3]
+        if state == "01" and int(remote.split(":")[1], 16) in ports:
+            count += 1
+    return count
+
+
+def cooling_for(pool, key, site):
+    """How long the pool keeps ``key``'s exit cooling for ``site`` (0 when it serves now)."""
+    try:
+        lease = pool.acquire(key, site=site, timeout=0)
+    except Cooling as e:
+        return e.retry_after
+    pool.release(lease)
+    return 0.0
+
+
+def assert_masked(tb, info):
+    """A request_info that had the proxy's credentials has them as [secure], and nothing else
+    of them shows."""
+    assert info.headers.get("Proxy-Authorization") == "[secure]"
+    assert_no_secret(tb, repr(info), str(dict(info.headers)))
+
+
+# -- aiohttp: ExitSession, HTTP errors, credentials, automatic reporting -----------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=4, rate=0.01, burst=1)
+async def test_aiohttp_exit_session_http_errors_are_recorded_as_their_status(exitpool_testbed_async, no_leaks):
+    # raise_for_status, in the block or by aiohttp itself, is an HTTP answer: a 403 is a block,
+    # a 429 a rate limit that cools the exit for its Retry-After. Not a failure of the tunnel.
+    tb = exitpool_testbed_async
+    clock = ManualClock(100.0)
+    pool = Pool(tb.exits, clock=clock)
+    site = tb.site.host_port
+    for exit_id in ("exit-0", "exit-1", "exit-2"):
+        tb.site.ban(tb.proxy(exit_id).source_ip)
+    timeout = aiohttp.ClientTimeout(total=T)
+    async with ep_aiohttp.ExitSession(pool, timeout=timeout) as http:
+        # 1. r.raise_for_status() inside the block.
+        with pytest.raises(aiohttp.ClientResponseError) as info:
+            async with http.get(tb.site_url + "/page", key=key_for(pool, "exit-0")) as r:
+                r.raise_for_status()
+        assert info.value.status == 403
+        # 3. raise_for_status=True for one request: raised from `async with`/`await`.
+        rate_key = key_for(pool, "exit-3")
+        await http.get(tb.site_url + "/page", key=rate_key)
+        with pytest.raises(aiohttp.ClientResponseError) as info:
+            await http.get(tb.site_url + "/page", key=rate_key, raise_for_status=True)
+        assert info.value.status == 429
+        retry_after = float(info.value.headers["Retry-After"])
+        assert retry_after >= 10  # the site's bucket refills at 0.01/s
+    # 2. raise_for_status=True for the session.
+    async with ep_aiohttp.ExitSession(pool, timeout=timeout, raise_for_status=True) as http:
+        with pytest.raises(aiohttp.ClientResponseError) as info:
+            async with http.get(tb.site_url + "/page", key=key_for(pool, "exit-1")):
+                raise AssertionError("raise_for_status raises before the block")
+        assert info.value.status == 403
+        with pytest.raises(aiohttp.ClientResponseError):
+            await http.get(tb.site_url + "/page", key=key_for(pool, "exit-2"))
+    assert exit_outcomes(pool, "exit-0") == {"block": 1}
+    assert exit_outcomes(pool, "exit-1") == {"block": 1}
+    assert exit_outcomes(pool, "exit-2") == {"block": 1}
+    assert exit_outcomes(pool, "exit-3") == {"success": 1, "rate_limited": 1}
+    assert pool.snapshot()["counts"]["outcomes"]["other"] == 0
+    # The 429's Retry-After came along: the exit cools for this site that long, on the pool's
+    # clock, and serves again after it.
+    assert cooling_for(pool, rate_key, site) == retry_after
+    clock.advance(retry_after)
+    assert cooling_for(pool, rate_key, site) == 0.0
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=5, rate=0.01, burst=1)
+async def test_aiohttp_exit_session_masks_proxy_credentials_in_request_info(exitpool_testbed_async, no_leaks):
+    # A plain-http request carries Proxy-Authorization (for the proxy); aiohttp keeps the
+    # request's headers in request_info, which responses and ClientResponseError show.
+    tb = exitpool_testbed_async
+    pool = Pool(tb.exits)
+    banned = []  # one key per banned exit: each takes one 403 (two would quarantine it)
+    for exit_id in ("exit-0", "exit-1", "exit-2", "exit-3"):
+        tb.site.ban(tb.proxy(exit_id).source_ip)
+        banned.append(key_for(pool, exit_id))
+    echo = await Echo().start()
+    texts: List[str] = []
+    try:
+        async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T)) as http:
+            # The response, and a redirect's history.
+            async with http.get(echo.http_url + "/redirect", params={"to": tb.control_url}, key="acct-1") as r:
+                assert r.status == 200 and len(r.history) == 1
+                assert_masked(tb, r.request_info)
+                assert_masked(tb, r.history[0].request_info)
+            # raise_for_status() in the block, and on a response kept after the lease ended.
+            with pytest.raises(aiohttp.ClientResponseError) as info:
+                async with http.get(tb.site_url + "/page", key=banned[0]) as r:
+                    assert_masked(tb, r.request_info)
+                    r.raise_for_status()
+            assert_masked(tb, info.value.request_info)
+            texts += [repr(info.value), str(info.value)]
+            r = await http.get(tb.site_url + "/page", key=banned[1])
+            with pytest.raises(aiohttp.ClientResponseError) as info:
+                r.raise_for_status()
+            assert_masked(tb, info.value.request_info)
+            texts += [repr(info.value), str(info.value), repr(r.request_info)]
+            # raise_for_status=True on the request, after a redirect.
+            with pytest.raises(aiohttp.ClientResponseError) as info:
+                await http.get(echo.http_url + "/redirect", params={"to": tb.site_url + "/page"}, key=banned[2],
+                               raise_for_status=True)
+            assert info.value.status == 403
+            assert_masked(tb, info.value.request_info)
+            texts += [repr(info.value), str(info.value), repr(info.value.args)]
+        # raise_for_status=True on the session.
+        async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T), raise_for_status=True) as http:
+            with pytest.raises(aiohttp.ClientResponseError) as info:
+                async with http.get(tb.site_url + "/page", key=banned[3]):
+                    pass
+            assert_masked(tb, info.value.request_info)
+            texts += [repr(info.value), str(info.value), repr(info.value.args)]
+        # A proxy refusing the CONNECT (wrong password): aiohttp's ClientHttpProxyError
+        # carries the CONNECT's headers. Still a proxy failure for the pool.
+        wrong = "wrong-pw-0123456789"
+        good = tb.exits[4]
+        bad_pool = Pool([Exit(good.exit_id, good.proxy.replace(tb.proxies[4].password, wrong), ip=good.ip)])
+        async with ep_aiohttp.ExitSession(bad_pool, timeout=aiohttp.ClientTimeout(total=T)) as bad:
+            with pytest.raises(aiohttp.ClientHttpProxyError) as proxy_info:
+                await bad.get(echo.https_url + "/headers", ssl=echo.client_ssl())
+        assert proxy_info.value.status == 407
+        assert exit_outcomes(bad_pool, good.exit_id) == {"connect": 1}
+        token = base64.b64encode(f"{tb.proxies[4].user}:{wrong}".encode()).decode()
+        for text in (repr(proxy_info.value), str(proxy_info.value), repr(proxy_info.value.request_info)):
+            assert wrong not in text and token not in text
+    finally:
+        await echo.stop()
+    assert len(texts) == 11
+    assert_no_secret(tb, *texts)
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=2)
+async def test_aiohttp_exit_session_keeps_credentials_out_of_https_tunnels(exitpool_testbed_async, no_leaks):
+    tb = exitpool_testbed_async
+    pool = Pool(tb.exits)
+    echo = await Echo().start()
+    try:
+        async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T)) as http:
+            req = http.get(echo.https_url + "/headers", key="acct-1", ssl=echo.client_ssl())
+            async with req as r:
+                body = await r.json()
+                assert "Proxy-Authorization" not in r.request_info.headers
+    finally:
+        await echo.stop()
+    # The request went through the exit's tunnel, and the target never read the credentials.
+    assert body["ip"] == req.lease.exit.ip
+    assert tb.proxy(req.lease.exit_id).tunnels == 1
+    assert "proxy-authorization" not in {k.lower() for k in body["headers"]}
+    assert exit_outcomes(pool, req.lease.exit_id) == {"success": 1}
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=3, rate=0.01, burst=1)
+async def test_aiohttp_exit_session_reports_latency_and_retry_after(exitpool_testbed_async, no_leaks):
+    tb = exitpool_testbed_async
+    clock = ManualClock(100.0)
+    pool = Pool(tb.exits, clock=clock)
+    site = tb.site.host_port
+    slow = key_for(pool, "exit-0")
+    tb.proxy("exit-0").slow(0.25)
+    limited = key_for(pool, "exit-1")
+    async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T)) as http:
+        # Latency until the response headers: the slow proxy's quarter second shows.
+        r = await http.get(tb.control_url, key=slow)
+        assert r.status == 200
+        # A 429's Retry-After cools that exit for that site for that long.
+        await http.get(tb.site_url + "/page", key=limited)
+        r = await http.get(tb.site_url + "/page", key=limited)
+        assert r.status == 429
+        retry_after = float(r.headers["Retry-After"])
+    latency = {e["exit_id"]: e["latency"] for e in pool.snapshot()["exits"]}
+    assert latency["exit-0"]["count"] == 1
+    assert 0.2 <= latency["exit-0"]["p50"] < T
+    assert 0 < latency["exit-1"]["p50"] < 0.2
+    assert retry_after >= 10
+    assert cooling_for(pool, limited, site) == retry_after
+    clock.advance(retry_after - 1)
+    assert cooling_for(pool, limited, site) == 1.0
+    clock.advance(1)
+    assert cooling_for(pool, limited, site) == 0.0
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=3)
+async def test_aiohttp_exit_session_timeouts_are_recorded_as_timeouts(exitpool_testbed_async, no_leaks):
+    tb = exitpool_testbed_async
+    pool = Pool(tb.exits)
+    echo = await Echo().start()
+    try:
+        async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T)) as http:
+            # No response headers in time: a slow proxy, from `async with`.
+            tb.proxy("exit-0").slow(1.5)
+            with pytest.raises(asyncio.TimeoutError):
+                async with http.get(tb.control_url, key=key_for(pool, "exit-0"),
+                                    timeout=aiohttp.ClientTimeout(total=0.3)):
+                    raise AssertionError("no response in time")
+            tb.proxy("exit-0").slow(None)
+            # The headers came, the body stalls: the timeout is raised in your block (through
+            # an https tunnel, where the proxy passes bytes on as they come).
+            with pytest.raises(asyncio.TimeoutError):
+                async with http.get(echo.https_url + "/drip", key=key_for(pool, "exit-1"), ssl=echo.client_ssl(),
+                                    timeout=aiohttp.ClientTimeout(sock_read=0.3)) as r:
+                    assert r.status == 200
+                    await r.read()
+    finally:
+        await echo.stop()
+    assert exit_outcomes(pool, "exit-0") == {"timeout": 1}
+    assert exit_outcomes(pool, "exit-1") == {"timeout": 1}
+
+
+# -- httpx: retired transports, threads ---------------------------------------------------------
+
+
+@pytest.mark.exitpool_testbed(n_exits=2)
+def test_httpx_transport_of_rotated_credentials_closes_once_idle(exitpool_testbed, echo, no_leaks):
+    # An exit whose proxy URL keeps changing (rotating credentials) must not pile up pools of
+    # open connections: each replaced pool closes as soon as no response is using it.
+    tb = exitpool_testbed
+    a, b = tb.proxies
+    ports = (a.port, b.port)
+    as_a, as_b = Exit("rot", a.url, ip=a.source_ip), Exit("rot", b.url, ip=b.source_ip)
+    with ep_httpx.Clients(timeout=T) as clients:
+        for i in range(6):
+            exit = (as_a, as_b)[i % 2]
+            assert clients.client(exit).get(tb.control_url).json() == {"ip": exit.ip}
+            assert established_to(*ports) == 1  # only the current pool's kept-alive connection
+        assert len(clients) == 1
+        # A replaced pool busy with a response stays open until that response is closed.
+        old = clients.client(as_a)
+        with old.stream("GET", echo.http_url + "/big") as r:
+            assert clients.client(as_b).get(tb.control_url).json() == {"ip": b.source_ip}
+            assert established_to(a.port) == 1
+            assert len(r.read()) == Echo.BIG
+        assert established_to(a.port) == 0
+        # A client still held keeps working, and gives its connection back each time.
+        assert old.get(tb.control_url).json() == {"ip": a.source_ip}
+        assert established_to(a.port) == 0
+        current = clients.client(as_b)
+    assert old.is_closed and current.is_closed
+    assert established_to(*ports) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.exitpool_testbed(n_exits=2)
+async def test_httpx_async_transport_of_rotated_credentials_closes_once_idle(exitpool_testbed_async, no_leaks):
+    tb = exitpool_testbed_async
+    a, b = tb.proxies
+    ports = (a.port, b.port)
+    as_a, as_b = Exit("rot", a.url, ip=a.source_ip), Exit("rot", b.url, ip=b.source_ip)
+    async with ep_httpx.AsyncClients(timeout=T) as clients:
+        for i in range(6):
+            exit = (as_a, as_b)[i % 2]
+            assert (await clients.client(exit).get(tb.control_url)).json() == {"ip": exit.ip}
+            for _ in range(100):  # the replaced pool closes on a task of this loop
+                if established_to(*ports) == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert established_to(*ports) == 1
+        assert len(clients) == 1
+        made = clients.client(as_b)
+    assert made.is_closed
+    assert established_to(*ports) == 0
+
+
+@pytest.mark.exitpool_testbed(n_exits=4)
+def test_httpx_clients_is_thread_safe(exitpool_testbed, no_leaks):
+    # Many threads leasing at once and asking for their exit's client: one client per exit,
+    # each request leaving by its lease's exit, no error. Every round starts a new cache with
+    # all threads released together, and the interpreter switches threads as often as it can,
+    # so that a check-then-create race would show.
+    tb = exitpool_testbed
+    pool = Pool(tb.exits)
+    n_threads, rounds = 12, 4  # a bounded run: 4 x 12 x 6 leases
+    errors: List[BaseException] = []
+    made: List[httpx.Client] = []
+
+    def work(t: int, clients: ep_httpx.Clients, start: threading.Barrier, seen: Dict[str, set], lock: threading.Lock) -> None:
+        try:
+            start.wait(timeout=T)
+            for i in range(6):
+                with pool.lease(f"acct-{(t + i) % 12}") as lease:
+                    c = clients.client(lease)
+                    with lock:
+                        seen.setdefault(lease.exit_id, set()).add(c)
+                    if i == 5 and t % 3 == 0:
+                        r = c.get(tb.control_url)
+                        ep_httpx.report(lease, r)
+                        assert r.json() == {"ip": lease.exit.ip}
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion below
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH)
+    try:
+        for _ in range(rounds):
+            seen: Dict[str, set] = {}
+            start = threading.Barrier(n_threads)
+            with ep_httpx.Clients(timeout=T) as clients:
+                args = (clients, start, seen, threading.Lock())
+                threads = [threading.Thread(target=work, args=(t, *args)) for t in range(n_threads)]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join(timeout=T + 5)
+                assert not any(th.is_alive() for th in threads)
+                assert errors == []
+                assert {k: len(v) for k, v in seen.items()} == {e.exit_id: 1 for e in tb.exits}
+                assert len(clients) == 4
+                made += [c for v in seen.values() for c in v]
+    finally:
+        sys.setswitchinterval(interval)
+    assert all(c.is_closed for c in made)
+    assert pool.snapshot()["counts"]["outcomes"]["success"] > 0

@@ -28,7 +28,7 @@ try:
     import aiohttp
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("exitpool.aiohttp needs aiohttp: pip install 'exitpool[aiohttp]'") from _e
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from exitpool._clients import _proxy_parts, _retry_after
@@ -39,7 +39,6 @@ __all__ = ["ExitSession", "report", "request_kwargs"]
 
 _AUTH = "Proxy-Authorization"
 _TUNNELLED = ("https", "wss")
-_HAS_MIDDLEWARES = "middlewares" in inspect.signature(aiohttp.ClientSession.__init__).parameters
 _UNSET: Any = object()
 
 CaptchaHook = Callable[[aiohttp.ClientResponse], Union[bool, Awaitable[bool]]]
@@ -81,7 +80,15 @@ def request_kwargs(
     sends to the proxy itself). aiohttp drops that header on a redirect to another host, so with
     plain-http targets that redirect across hosts, use :class:`ExitSession` (or
     ``allow_redirects=False``). An explicit ``proxy=`` also makes aiohttp ignore ``HTTP_PROXY``
-    and ``NO_PROXY`` even with ``trust_env=True``."""
+    and ``NO_PROXY`` even with ``trust_env=True``.
+
+    With a plain-http ``url``, aiohttp keeps the request's headers, ``Proxy-Authorization``
+    included, in the response's ``request_info``: ``r.request_info.headers`` holds the proxy's
+    base64 credentials, and so does the ``repr`` of a ``ClientResponseError`` from
+    ``r.raise_for_status()``, ``raise_for_status=True`` or ``r.json()``. Your own session gives
+    exitpool no place to mask them: do not log those, or use :class:`ExitSession`, which
+    masks them (``https://`` targets are not affected: there the header goes on the
+    ``CONNECT`` only)."""
     proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
     out: Dict[str, Any] = {"proxy": proxy}
     merged: Optional[CIMultiDict] = CIMultiDict(headers) if headers is not None else None
@@ -115,19 +122,105 @@ def report(
     lease.report(**kwargs)
 
 
+_MASK = "[secure]"
+
+
+def _masked_info(info: Any) -> Any:
+    """``info`` (an ``aiohttp.RequestInfo``) with its ``Proxy-Authorization`` value masked, or
+    ``info`` itself when it holds none."""
+    headers = getattr(info, "headers", None)
+    if headers is None or _AUTH not in headers:
+        return info
+    masked = CIMultiDict(headers)
+    masked[_AUTH] = _MASK
+    return aiohttp.RequestInfo(info.url, info.method, CIMultiDictProxy(masked), info.real_url)
+
+
+def _mask_response(response: Any) -> None:
+    """Mask the credentials in a response's ``request_info``, and in those of its redirect
+    history. aiohttp keeps it in ``_request_info`` behind a cached property (``_cache``); both
+    are replaced, so a later ``r.raise_for_status()`` (or ``r.json()``'s ``ContentTypeError``)
+    builds its exception from the masked copy."""
+    for r in (response, *getattr(response, "_history", ())):
+        info = getattr(r, "_request_info", None)
+        masked = _masked_info(info)
+        if masked is info:
+            continue
+        r._request_info = masked
+        cache = getattr(r, "_cache", None)
+        if isinstance(cache, dict):
+            cache.pop("request_info", None)
+
+
+def _mask_error(exc: BaseException) -> None:
+    """Mask the credentials in a ``ClientResponseError`` (its ``request_info``, its ``args``
+    and its history's responses), in place: it is re-raised as it is, subclass and all."""
+    if not isinstance(exc, aiohttp.ClientResponseError):
+        return
+    masked = _masked_info(exc.request_info)
+    if masked is not exc.request_info:
+        exc.request_info = masked
+        exc.args = tuple(masked if isinstance(a, aiohttp.RequestInfo) else a for a in exc.args)
+    for r in exc.history or ():
+        _mask_response(r)
+
+
 async def _plain_http_proxy_auth(req: Any, handler: Any) -> Any:
     # A client middleware runs for every hop, redirects included: it gives each plain-http hop
-    # the Proxy-Authorization that aiohttp only puts on CONNECTs (aio-libs/aiohttp#4422).
+    # the Proxy-Authorization that aiohttp only puts on CONNECTs (aio-libs/aiohttp#4422). It is
+    # the innermost middleware, so it also masks the header in what it hands back (the
+    # response's request_info, or the error's, e.g. a ClientHttpProxyError carrying the
+    # CONNECT's headers) before any other middleware sees it, and takes it off the request once
+    # sent.
+    added = False
     if req.proxy is not None and not req.is_ssl() and req.proxy_headers is not None:
         auth = req.proxy_headers.get(_AUTH)
         if auth is not None:
             req.headers[_AUTH] = auth
-    return await handler(req)
+            added = True
+    try:
+        response = await handler(req)
+        _mask_response(response)
+    except aiohttp.ClientResponseError as e:
+        _mask_error(e)
+        raise
+    finally:
+        if added:
+            req.headers.popall(_AUTH, None)
+    return response
 
 
 def _transport_failure(exc: BaseException) -> bool:
-    """Failures the lease itself classifies (timeout, connection, proxy, broken body)."""
+    """Failures the lease itself classifies (timeout, connection, proxy, broken body). An HTTP
+    error status raised as ``ClientResponseError`` (``raise_for_status``) is not one: the exit
+    delivered a response, whose status is what counts. A proxy's refusal of a tunnel
+    (``ClientHttpProxyError``) is."""
+    if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(exc, aiohttp.ClientHttpProxyError):
+        return False
     return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
+
+
+def _error_status(exc: aiohttp.ClientResponseError) -> Optional[int]:
+    """The HTTP status a ``ClientResponseError`` stands for (``TooManyRedirects`` has none of
+    its own: its last response's), or None."""
+    status = exc.status
+    if not status and exc.history:
+        status = exc.history[-1].status
+    return status if isinstance(status, int) and 100 <= status <= 599 else None
+
+
+def _report_error(lease: Lease, exc: aiohttp.ClientResponseError, latency: float) -> None:
+    """Record the status (and a 429's or 503's ``Retry-After``) of an HTTP error aiohttp raised
+    itself (``raise_for_status=True``), as :func:`report` would for the response."""
+    status = _error_status(exc)
+    if status is None:
+        return  # nothing to go on: the lease classifies the exception
+    kwargs: Dict[str, Any] = {"status": status, "latency": latency}
+    if status in (429, 503) and exc.headers is not None:
+        retry_after = _retry_after(exc.headers.get("Retry-After"))
+        if retry_after is not None:
+            kwargs["retry_after"] = retry_after
+    lease.report(**kwargs)
 
 
 def _site(url: URL) -> str:
@@ -181,10 +274,19 @@ class _LeasedRequest:
         await lease.__aenter__()
         self.lease = lease
         try:
-            kwargs = owner._request_kwargs(lease, self._url, self._kwargs)
+            kwargs = owner._request_kwargs(lease, self._kwargs)
             started = time.perf_counter()
-            response = await session.request(self._method, self._url, **kwargs)
+            try:
+                response = await session.request(self._method, self._url, **kwargs)
+            except aiohttp.ClientResponseError as e:
+                # raise_for_status (the session's or the request's): the exit delivered a
+                # response; its status, not the exception, is the outcome.
+                _mask_error(e)
+                if not _transport_failure(e):
+                    _report_error(lease, e, time.perf_counter() - started)
+                raise
             self._latency = time.perf_counter() - started
+            _mask_response(response)
         except BaseException as e:
             await lease.__aexit__(type(e), e, e.__traceback__)
             raise
@@ -195,6 +297,8 @@ class _LeasedRequest:
         lease, response = self.lease, self._response
         assert lease is not None and response is not None
         hook_error: Optional[BaseException] = None
+        if exc is not None:
+            _mask_error(exc)
         try:
             if exc is None or not _transport_failure(exc):
                 # The exit delivered a response; an error in the caller's own code is not its
@@ -226,8 +330,9 @@ class _LeasedRequest:
 
 
 class ExitSession:
-    """An ``aiohttp.ClientSession`` whose requests lease an exit from ``pool``, go through it
-    and report their outcome: ``http.get(url, key="account-3f9")``.
+    """A wrapper around an ``aiohttp.ClientSession`` (``http.session``) whose requests lease an
+    exit from ``pool``, go through it and report their outcome: ``http.get(url,
+    key="account-3f9")``.
 
     Each request takes ``key`` (the account; ``None`` for a keyless task), ``site`` (default: the
     URL's host, with its port when not the scheme's default; ``None``: unscoped) and ``lease_timeout`` (how long to
@@ -238,8 +343,14 @@ class ExitSession:
     block ends cleanly; the body can still be read), whether the page was a captcha. A
     connection, proxy or timeout error leaves the block as it is and is recorded by the lease as
     a failure of the exit; any other exception in your block still counts the response's status.
-    Lease refusals (``NoExitAvailable``, ``SessionExitLost``, ``Cooling``, ``WarmingUp``)
-    propagate: a sticky account is never moved silently.
+    An HTTP error raised as ``aiohttp.ClientResponseError`` (``r.raise_for_status()`` in the
+    block, or ``raise_for_status=True`` for the session or the request, which raises from
+    ``async with``/``await``) is recorded as its status, with a 429's or 503's ``Retry-After``,
+    and propagates. The ``Proxy-Authorization`` a plain-http request carries is shown as
+    ``[secure]`` in every ``request_info`` it hands out (the response's, its history's, and that
+    of a ``ClientResponseError`` it raises). Lease refusals (``NoExitAvailable``,
+    ``SessionExitLost``, ``Cooling``, ``WarmingUp``) propagate: a sticky account is never moved
+    silently.
 
     ``session_options`` go to ``aiohttp.ClientSession`` (``timeout``, ``headers``,
     ``connector``, ``base_url``, ...). Unless you pass ``cookie_jar``, cookies are not kept: one
@@ -267,8 +378,7 @@ class ExitSession:
         self._options.setdefault("cookie_jar", None)
         base_url = self._options.get("base_url")
         self._base_url = URL(base_url) if base_url is not None else None
-        if _HAS_MIDDLEWARES:
-            self._options["middlewares"] = tuple(self._options.get("middlewares") or ()) + (_plain_http_proxy_auth,)
+        self._options["middlewares"] = tuple(self._options.get("middlewares") or ()) + (_plain_http_proxy_auth,)
         self._session: Optional[aiohttp.ClientSession] = None
         self._closed = False
 
@@ -296,17 +406,14 @@ class ExitSession:
             self._session = aiohttp.ClientSession(**options)
         return self._session
 
-    def _request_kwargs(self, lease: Lease, url: URL, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    def _request_kwargs(self, lease: Lease, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         out = dict(kwargs)
-        if _HAS_MIDDLEWARES:
-            proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
-            out["proxy"] = proxy
-            if auth is not None:
-                out["proxy_headers"] = {_AUTH: auth}
-            if out.get("middlewares") is not None:  # per-request middlewares replace the session's
-                out["middlewares"] = tuple(out["middlewares"]) + (_plain_http_proxy_auth,)
-        else:  # pragma: no cover - aiohttp before 3.12
-            out.update(request_kwargs(lease, url, headers=out.pop("headers", None)))
+        proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
+        out["proxy"] = proxy
+        if auth is not None:
+            out["proxy_headers"] = {_AUTH: auth}
+        if out.get("middlewares") is not None:  # per-request middlewares replace the session's
+            out["middlewares"] = tuple(out["middlewares"]) + (_plain_http_proxy_auth,)
         return out
 
     def request(

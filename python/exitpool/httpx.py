@@ -12,7 +12,8 @@ An httpx transport holds the connection pool, so building one per request (``htt
 proxy=lease.proxy)``) pays a TCP and TLS handshake through the proxy every time, and a client per
 lease that is never closed leaks its sockets. :class:`Clients` (and :class:`AsyncClients`) keep
 one transport, and one client on it, per exit for as long as the cache lives, and close them all
-with it.
+with it. When an exit's proxy URL changes (rotated credentials), the transport it replaces is
+closed as soon as no request is using it, so rotation does not pile up open connections.
 
 Every transport is built with the exit's proxy (httpx's ``Proxy``: the credentials travel in
 ``Proxy-Authorization``, to the proxy only) and every client with ``trust_env=False``, so
@@ -21,9 +22,11 @@ Every transport is built with the exit's proxy (httpx's ``Proxy``: the credentia
 
 from __future__ import annotations
 
+import asyncio
 import http.cookiejar
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+import weakref
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import httpx
 
@@ -62,38 +65,156 @@ def _split(options: Dict[str, Any], owner: str) -> Tuple[Dict[str, Any], Dict[st
     return transport, client
 
 
-class _Shared(httpx.BaseTransport):
-    """An exit's transport as clients see it: closing a client leaves the cache's pool open."""
+class _Counted(httpx.SyncByteStream):
+    """A response body that tells its transport when it is closed (read or not)."""
 
-    def __init__(self, inner: httpx.HTTPTransport, exit: Exit) -> None:
+    def __init__(self, stream: httpx.SyncByteStream, done: Callable[[], None]) -> None:
+        self._stream = stream
+        self._done: Optional[Callable[[], None]] = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        done, self._done = self._done, None
+        try:
+            self._stream.close()
+        finally:
+            if done is not None:
+                done()
+
+
+class _AsyncCounted(httpx.AsyncByteStream):
+    """The async twin of :class:`_Counted`."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, done: Callable[[], Awaitable[None]]) -> None:
+        self._stream = stream
+        self._done: Optional[Callable[[], Awaitable[None]]] = done
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        done, self._done = self._done, None
+        try:
+            await self._stream.aclose()
+        finally:
+            if done is not None:
+                await done()
+
+
+class _SharedBase:
+    """What both transports share: the count of requests in flight (from the request until its
+    response is closed) and retirement. A retired transport (its exit's proxy URL changed) closes
+    its connection pool whenever it has nothing in flight, and tells the cache once, so the
+    cache forgets it. A client still held after that keeps working: a request opens a fresh
+    connection, which is closed again once the response is."""
+
+    def __init__(self, inner: Any, exit: Exit, forget: Callable[[Any], None]) -> None:
         self._inner = inner
         self._label = f"exit={exit.exit_id!r} via {exit.masked_proxy}"
+        self._forget: Optional[Callable[[Any], None]] = forget
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._retired = False
+
+    def _start(self) -> None:
+        with self._lock:
+            self._inflight += 1
+
+    def _idle_after(self, finished: bool) -> bool:
+        """Count a finished request (if ``finished``); True when a retired pool is now idle.
+        The caller closes it right away: with nothing in flight, no request holds one of its
+        connections, and a request starting meanwhile gets a new one."""
+        with self._lock:
+            if finished:
+                self._inflight -= 1
+            return self._retired and self._inflight == 0
+
+    def _closed_idle(self) -> None:
+        forget, self._forget = self._forget, None
+        if forget is not None:
+            forget(self)
+
+
+class _Shared(_SharedBase, httpx.BaseTransport):
+    """An exit's transport as clients see it: closing a client leaves the cache's pool open."""
 
     def __repr__(self) -> str:
         return f"<exitpool.httpx transport {self._label}>"
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return self._inner.handle_request(request)
+        self._start()
+        try:
+            response = self._inner.handle_request(request)
+        except BaseException:
+            self._done()
+            raise
+        response.stream = _Counted(response.stream, self._done)  # type: ignore[arg-type]
+        return response
+
+    def _done(self, finished: bool = True) -> None:
+        with self._lock:
+            if finished:
+                self._inflight -= 1
+            idle = self._retired and self._inflight == 0
+            if idle:
+                # Under the lock: no request can start on the pool while it closes.
+                self._inner.close()
+        if idle:
+            self._closed_idle()
+
+    def _retire(self) -> None:
+        with self._lock:
+            self._retired = True
+        self._done(finished=False)
 
     def close(self) -> None:
         pass
 
 
-class _AsyncShared(httpx.AsyncBaseTransport):
+class _AsyncShared(_SharedBase, httpx.AsyncBaseTransport):
     """The async twin of :class:`_Shared`."""
-
-    def __init__(self, inner: httpx.AsyncHTTPTransport, exit: Exit) -> None:
-        self._inner = inner
-        self._label = f"exit={exit.exit_id!r} via {exit.masked_proxy}"
 
     def __repr__(self) -> str:
         return f"<exitpool.httpx async transport {self._label}>"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._inner.handle_async_request(request)
+        self._start()
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            await self._done()
+            raise
+        response.stream = _AsyncCounted(response.stream, self._done)  # type: ignore[arg-type]
+        return response
+
+    async def _done(self, finished: bool = True) -> None:
+        if self._idle_after(finished):
+            # aclose() takes the pool's connections before its first await, so a request
+            # started after this point gets a new connection, never a closing one.
+            await self._inner.aclose()
+            self._closed_idle()
+
+    def _retire(self) -> None:
+        with self._lock:
+            self._retired = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # Outside an event loop: closed when its last response is, or with the cache.
+            return
+        task = loop.create_task(self._done(finished=False))
+        _PENDING.add(task)
+        task.add_done_callback(_PENDING.discard)
 
     async def aclose(self) -> None:
         pass
+
+
+# Closing tasks of retired async transports, kept referenced until they finish.
+_PENDING: Set["asyncio.Task[None]"] = set()
 
 
 class _Entry:
@@ -113,7 +234,11 @@ class _Cache:
         name = type(self).__name__
         self._transport_options, self._client_options = _split(dict(options), name)
         self._entries: Dict[str, _Entry] = {}
+        # Entries replaced by new credentials whose pool may still be busy: each leaves this
+        # list once its pool has closed (when its last response was closed).
         self._retired: List[_Entry] = []
+        # Their clients, closed with the cache if anyone still holds one.
+        self._retired_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -128,8 +253,13 @@ class _Cache:
     def closed(self) -> bool:
         return self._closed
 
+    def _forget(self, shared: Any) -> None:
+        with self._lock:
+            self._retired = [e for e in self._retired if e.shared is not shared]
+
     def _entry(self, lease: Union[Lease, Exit]) -> _Entry:
         exit = _exit_of(lease)
+        old: Optional[_Entry] = None
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"this {type(self).__name__} is closed")
@@ -138,19 +268,24 @@ class _Cache:
                 return entry
             if entry is not None:
                 # Same exit id, new credentials: a fresh pool, so no connection authenticated
-                # with the old ones is reused. The old pool may still be busy in another task;
-                # it is closed with the cache.
-                self._retired.append(entry)
+                # with the old ones is reused. The old pool may still be busy in another
+                # thread or task: it closes as soon as nothing is in flight on it.
+                old = entry
+                self._retired.append(old)
+                if old.client is not None:
+                    self._retired_clients.add(old.client)
             proxy = httpx.Proxy(exit.proxy)
             if self._async:
                 inner: Any = httpx.AsyncHTTPTransport(proxy=proxy, **self._transport_options)
-                shared: Any = _AsyncShared(inner, exit)
+                shared: Any = _AsyncShared(inner, exit, self._forget)
             else:
                 inner = httpx.HTTPTransport(proxy=proxy, **self._transport_options)
-                shared = _Shared(inner, exit)
+                shared = _Shared(inner, exit, self._forget)
             entry = _Entry(exit.proxy, inner, shared)
             self._entries[exit.exit_id] = entry
-            return entry
+        if old is not None:
+            old.shared._retire()  # outside the cache's lock: closing calls back _forget
+        return entry
 
     def _client(self, lease: Union[Lease, Exit], cls: Any) -> Any:
         entry = self._entry(lease)
@@ -159,13 +294,16 @@ class _Cache:
                 entry.client = cls(transport=entry.shared, **self._client_options)
             return entry.client
 
-    def _take_all(self) -> List[_Entry]:
+    def _take_all(self) -> List[Tuple[Any, Any]]:
+        """(client or None, pool) pairs to close, once: every current and retired one."""
         with self._lock:
             self._closed = True
             entries = list(self._entries.values()) + self._retired
+            stale = [c for c in self._retired_clients if all(c is not e.client for e in entries)]
             self._entries = {}
             self._retired = []
-        return entries
+            self._retired_clients = weakref.WeakSet()
+        return [(e.client, e.inner) for e in entries] + [(c, None) for c in stale]
 
 
 class Clients(_Cache):
@@ -188,7 +326,9 @@ class Clients(_Cache):
 
     def client(self, lease: Union[Lease, Exit]) -> httpx.Client:
         """The client of the lease's exit (a :class:`exitpool.Lease` or an :class:`exitpool.Exit`).
-        An exit whose proxy URL changed (new credentials) gets a new client."""
+        An exit whose proxy URL changed (new credentials) gets a new client; the old one's
+        connections are closed as soon as none of its responses is open (a streamed response
+        counts until it is closed), and the cache then forgets it."""
         return self._client(lease, httpx.Client)
 
     def transport(self, lease: Union[Lease, Exit]) -> httpx.BaseTransport:
@@ -198,8 +338,8 @@ class Clients(_Cache):
     def close(self) -> None:
         """Close every client and connection pool; using the cache afterwards raises."""
         errors: List[BaseException] = []
-        for entry in self._take_all():
-            for close in (entry.client.close if entry.client is not None else None, entry.inner.close):
+        for client, inner in self._take_all():
+            for close in (client.close if client is not None else None, inner.close if inner is not None else None):
                 if close is None:
                     continue
                 try:
@@ -233,8 +373,8 @@ class AsyncClients(_Cache):
     async def aclose(self) -> None:
         """Close every client and connection pool; using the cache afterwards raises."""
         errors: List[BaseException] = []
-        for entry in self._take_all():
-            for close in (entry.client.aclose if entry.client is not None else None, entry.inner.aclose):
+        for client, inner in self._take_all():
+            for close in (client.aclose if client is not None else None, inner.aclose if inner is not None else None):
                 if close is None:
                     continue
                 try:
