@@ -5,6 +5,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The longest a duration setting (a TTL, cooldown, ramp, hold or backoff) may be: a year.
+/// Longer is a slip (a value meant in other units, an exponent too many) that would only show
+/// up much later, as a "retry after" of 300 digits; a year still lets a session outlast any
+/// account's idle spell.
+pub const MAX_SETTING_SECONDS: f64 = 365.0 * 86_400.0;
+
+/// Refuses a duration setting over [`MAX_SETTING_SECONDS`]; the callers check the low end,
+/// each with its own rule (some allow 0).
+pub fn check_ceiling(name: &str, v: f64) -> crate::error::Result<()> {
+    if v > MAX_SETTING_SECONDS {
+        return Err(crate::error::Error::BadInput(format!("{name} {v:e} is over the ceiling of {MAX_SETTING_SECONDS} seconds (a year)")));
+    }
+    Ok(())
+}
+
 /// Seconds on a monotonic scale; only differences mean anything.
 pub trait Clock: Send + Sync {
     fn now(&self) -> f64;

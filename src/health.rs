@@ -164,6 +164,9 @@ impl HealthConfig {
                 return bad(format!("health {name} {v} must be a finite number >= 0"));
             }
         }
+        for (name, v) in [("base_ejection", self.base_ejection), ("max_ejection", self.max_ejection)].into_iter().chain(finite_nonneg) {
+            crate::clock::check_ceiling(&format!("health {name}"), v)?;
+        }
         for (name, v) in [
             ("failure_rate", self.failure_rate),
             ("captcha_rate", self.captcha_rate),

@@ -75,6 +75,9 @@ impl Config {
         if !(self.cooldown.is_finite() && self.cooldown >= 0.0) {
             return Err(Error::BadInput(format!("cooldown {} must be a finite number of seconds >= 0", self.cooldown)));
         }
+        for (name, v) in [("session_ttl", self.session_ttl), ("lease_ttl", self.lease_ttl), ("cooldown", self.cooldown)] {
+            crate::clock::check_ceiling(name, v)?;
+        }
         if self.max_leases == Some(0) {
             return Err(Error::BadInput("max_leases 0 would let no lease through; use None for no limit".into()));
         }

@@ -22,6 +22,7 @@ impl WarmupConfig {
             if !v.is_finite() || v <= 0.0 {
                 return Err(Error::BadInput(format!("warmup {name} {v} must be a finite number of seconds > 0")));
             }
+            crate::clock::check_ceiling(&format!("warmup {name}"), v)?;
         }
         if horizon < ramp {
             return Err(Error::BadInput(format!("warmup horizon {horizon} must be at least its ramp {ramp}")));

@@ -217,6 +217,13 @@ fn bad_config_is_refused_with_the_value() {
     assert_eq!(bad(Config { lease_ttl: f64::NAN, ..cfg() }), "lease_ttl NaN must be a finite number of seconds > 0");
     assert!(bad(Config { balance_factor: Some(1.0), ..cfg() }).starts_with("balance_factor 1 must be"));
     assert!(bad(Config { max_leases: Some(0), ..cfg() }).starts_with("max_leases 0"));
+    // Durations stop at a year: longer is a slip.
+    assert_eq!(bad(Config { session_ttl: 1e300, ..cfg() }), "session_ttl 1e300 is over the ceiling of 31536000 seconds (a year)");
+    assert!(Pool::new(vec![exit("a", 1, &[])], Config { session_ttl: 31_536_000.0, ..cfg() }, clock.clone()).is_ok());
+    let health = exitpool::health::HealthConfig { min_hold: 31_536_001.0, ..Default::default() };
+    assert!(bad(Config { health, ..cfg() }).starts_with("health min_hold 3.1536001e7 is over the ceiling"));
+    let ramp = exitpool::warmup::WarmupConfig::new(1e308, 60.0, 1e308).unwrap_err().to_string();
+    assert!(ramp.starts_with("warmup ramp 1e308 is over the ceiling"), "{ramp}");
     assert_eq!(Pool::new(vec![], cfg(), clock.clone()).err().unwrap().to_string(), "a pool needs at least one exit");
     assert_eq!(Pool::new(vec![exit("a", 1, &[]), exit("a", 1, &[])], cfg(), clock).err().unwrap().to_string(), "duplicate exit id \"a\"");
 }
