@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from typing import Optional
 
 PLANT = "Pl4ntedS3cret"
 SCHEMES = ["http", "https", "socks5", "socks5h", "HTTP", "ftp", "socks4", ""]
@@ -33,11 +34,13 @@ def fragment(fdp, limit: int, forbid: str = "") -> str:
     return s
 
 
-def planted_proxy(fdp) -> str:
+def planted_proxy(fdp, well_formed: Optional[bool] = None) -> str:
     """A proxy string, in one of the shapes proxy lists use, whose password contains PLANT.
-    Half of them are well formed apart from the password, so that parsing gets past the host."""
+    Half of them are well formed apart from the password, so that parsing gets past the host
+    (all of them with ``well_formed=True``: a shape any reader takes for a proxy)."""
     shape = fdp.PickValueInList(list(SHAPES))
-    well_formed = fdp.ConsumeBool()
+    if well_formed is None:
+        well_formed = fdp.ConsumeBool()
     suffix = fragment(fdp, 6)
     password = PLANT + suffix
     if fdp.ConsumeBool():  # percent-encode some of it: the parser decodes URL passwords
@@ -85,9 +88,13 @@ def check_exit(e, planted: bool) -> None:
             for text in shown[:3]:
                 if pw in text:
                     raise CheckFailed(f"password {pw!r} shown in {text!r}")
-    # The URL with credentials must parse back to the same exit. (With the exit's own id once
-    # the parser validates derived ids: today `\x01user:pw@host:1` yields an id with a control
-    # character that Exit() refuses, reported to the lead.)
-    again = Exit("round-trip", e.proxy)
-    if (again.scheme, again.host, again.port, again.username, again.password) != (e.scheme, e.host, e.port, e.username, e.password):
-        raise CheckFailed(f"{e!r}: its proxy URL does not parse back to the same exit: {again!r}")
+    # The exit, rebuilt with Exit() from what it shows (its id, its URL with credentials and
+    # its fields), is the same exit: the parser makes no id, URL or field that Exit() refuses
+    # or reads differently (it refuses ids with control characters, as Exit() does).
+    try:
+        again = Exit(e.exit_id, e.proxy, ip=e.ip, capacity=e.capacity, tags=e.tags)
+    except Exception as err:
+        raise CheckFailed(f"{e!r}: Exit() refuses what the exit shows: {type(err).__name__}: {err}") from None
+    fields = ("exit_id", "proxy", "scheme", "host", "port", "username", "password", "ip", "capacity", "tags")
+    if [getattr(again, f) for f in fields] != [getattr(e, f) for f in fields]:
+        raise CheckFailed(f"{e!r}: it does not rebuild to the same exit: {again!r}")

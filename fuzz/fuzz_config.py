@@ -53,7 +53,10 @@ HEALTH_KEYS = ["consecutive", "degrade_at", "block_weight", "connect_weight", "w
 WARMUP_KEYS = ["ramp", "initial_interval", "horizon", "steep"]
 EXIT_KEYS = ["id", "proxy", "ip", "capacity", "tags", "port"]
 STRATEGIES = ["round_robin", "weighted", "least_conn", "lru", "p2c", "fastest", ""]
-EXITS_FILES = [*_LISTS, "missing.txt", "a-directory", "../" + os.path.basename(_TMP) + "/proxies.txt", ""]
+# Paths the OS refuses in every way it can: a NUL (expanduser and open raise ValueError), a file
+# used as a directory, a name too long, a user that does not exist.
+EXITS_FILES = [*_LISTS, "missing.txt", "a-directory", "../" + os.path.basename(_TMP) + "/proxies.txt", "",
+               "~\x00x", "proxies.txt\x00", "proxies.txt/x", "x" * 300, "~no-such-user-x/proxies.txt", "~"]
 
 
 def _toml_str(s: str) -> str:

@@ -1,10 +1,11 @@
 """Fuzz the proxy-list parser (`load_exits` on lines and files) and `Exit(...)`.
 
-Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit's URL parses back to the
-same exit; the planted password (see _plant.py) never appears in an error message, a repr, a
-str, a masked URL or an exit id. Inputs are capped (`-max_len`), so a hang is a finding too
-(`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options;
-/tmp/readme-fuzz.md (the README's "Fuzzing" section) has the commands.
+Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit rebuilds with `Exit()`
+from its id, URL and fields to the same exit; the planted password (see _plant.py) never
+appears in an error message, a repr, a str, a masked URL or an exit id, even where a line puts
+a proxy in the id column. Inputs are capped (`-max_len`), so a hang is a finding too
+(`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options; the
+README's "Fuzzing" section has the commands.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant"]):
     import exitpool
-    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
+    from _plant import HOSTS, PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
     from exitpool import Exit, InvalidInput, load_exits
 
 MAX_LINES = 8
@@ -39,11 +40,20 @@ def _field(fdp) -> str:
 
 def _planted_line(fdp, proxies) -> str:
     tokens = []
-    if fdp.ConsumeBool():
+    lead = fdp.ConsumeIntInRange(0, 2)
+    if lead == 1:
         tokens.append(fragment(fdp, 10, forbid="=#"))  # an id column
-    proxy = planted_proxy(fdp)
-    proxies.append(proxy)
-    tokens.append(proxy)
+    elif lead == 2:
+        # A proxy where the id goes: a password there must never become the exit id (a
+        # provider's `[::1]:8000:user:pass` did, before a second column).
+        tokens.append(planted_proxy(fdp, well_formed=True))
+        proxies.append(tokens[-1])
+    if lead == 2 and fdp.ConsumeBool():
+        tokens.append(f"{fdp.PickValueInList(HOSTS[:-1])}:{fdp.ConsumeIntInRange(1, 65535)}")
+    else:
+        proxy = planted_proxy(fdp)
+        proxies.append(proxy)
+        tokens.append(proxy)
     for _ in range(fdp.ConsumeIntInRange(0, 3)):
         tokens.append(_field(fdp))
     sep = fdp.PickValueInList([" ", "\t", "  "])

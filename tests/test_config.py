@@ -424,6 +424,9 @@ BAD_EXITS = [
     (exit_table(PROXY, "tags = { country = 49 }"), "exit[0].tags.country", 3, "must be a string"),
     (exit_table(PROXY, 'tags = "DE"'), "exit[0].tags", 3, "must be a table"),
     (exit_table(PROXY, 'id = " padded"'), "exit[0].id", 3, "surrounding spaces"),
+    # No id: the one made from the proxy (user@host:port) is refused, and the proxy is to blame.
+    (exit_table('ip = "93.184.10.7"', f'proxy = "http://\\u0001user:{PASSWORD}@gw.example:1"'), "exit[0].proxy", 3,
+     "control characters (the id an [[exit]] without `id` gets"),
     (exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")), "exit[1]", 4, "duplicate exit id 'user@gw.example:8000'"),
     ("exit = 5", "exit", 1, "must be [[exit]] tables"),
     ('exits_file = "nowhere.txt"', "exits_file", 1, "does not exist"),
@@ -432,6 +435,13 @@ BAD_EXITS = [
     ('exits_file = "empty.txt"', "exits_file", 1, "holds no exits"),
     ('exits_file = "bad.txt"', "exits_file", 1, "line 2: bad proxy"),
     ('exits_file = "dup.txt"\n' + exit_table('id = "sess-b"', PROXY), "exit[0]", 2, "also at exits_file"),
+    # Paths the OS refuses: each an InvalidInput at exits_file, never a bare ValueError or OSError.
+    ('exits_file = "~\\u0000x"', "exits_file", 1, "'~\\x00x' is not a usable path: it contains a NUL character"),
+    ('\nexits_file = "empty.txt\\u0000"', "exits_file", 2, "NUL character"),
+    ('exits_file = "bad.txt/proxies.txt"', "exits_file", 1, "cannot be opened: Not a directory"),
+    ('exits_file = "loop"', "exits_file", 1, "cannot be opened: Too many levels of symbolic links"),
+    (f'exits_file = "{"x" * 300}"', "exits_file", 1, "cannot be opened: File name too long"),
+    ('exits_file = "latin1.txt"', "exits_file", 1, "latin1.txt: not UTF-8 text (invalid continuation byte at byte 16)"),
 ]
 
 
@@ -440,6 +450,8 @@ def test_a_bad_exit_names_its_key_and_line(tmp_path, text, key, line, fragment):
     write(tmp_path, "", "empty.txt")
     write(tmp_path, f"gw.example:1\nsocks4://user:{PASSWORD}@gw.example:2\n", "bad.txt")
     write(tmp_path, "sess-b gw.example:1\n", "dup.txt")
+    (tmp_path / "latin1.txt").write_bytes(b"gw.example:1 caf\xe9=1\n")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     path = write(tmp_path, text)
     with pytest.raises(InvalidInput) as e:
         Pool.from_config(path)
@@ -447,6 +459,98 @@ def test_a_bad_exit_names_its_key_and_line(tmp_path, text, key, line, fragment):
     assert message.startswith(f"{path}:{line}: {key}: "), message
     assert fragment in message
     assert PASSWORD not in message
+
+
+def test_an_exits_file_that_cannot_be_read_names_the_key(tmp_path, monkeypatch):
+    # Permission denied cannot be had as root (these tests may run as root): the OS's error,
+    # raised where the loader stats and reads the file, is what the user would get.
+    path = config(tmp_path, "")
+    denied = PermissionError(13, "Permission denied", str(tmp_path / "proxies.txt"))
+    real_stat = exitpool._config.os.stat
+
+    def stat(p, *a, **kw):
+        if str(p).endswith("proxies.txt"):
+            raise denied
+        return real_stat(p, *a, **kw)
+
+    def load_exits(p):
+        raise denied
+
+    for target, fake in (("os.stat", stat), ("load_exits", load_exits)):
+        with monkeypatch.context() as m:
+            m.setattr(exitpool._config.os, "stat", fake) if target == "os.stat" else m.setattr(exitpool._config, "load_exits", fake)
+            with pytest.raises(InvalidInput) as e:
+                Pool.from_config(path)
+        assert str(e.value).startswith(f"{path}:1: exits_file: "), str(e.value)
+        assert str(e.value).count("Permission denied") == 1, str(e.value)
+
+
+def test_a_config_path_with_a_nul_is_invalid_input(tmp_path):
+    # open() raises a bare ValueError for it; InvalidInput is a ValueError too.
+    with pytest.raises(InvalidInput, match="embedded null byte"):
+        Pool.from_config(str(tmp_path / "exitpool\0.toml"))
+
+
+# --- keywords given in code: their mistakes are theirs, not the file's ---
+
+
+def test_an_unknown_keyword_in_code_is_a_type_error_naming_it(tmp_path):
+    path = config(tmp_path, 'strategy = "lru"\n')
+    with pytest.raises(TypeError, match="unexpected keyword argument 'stratgy'") as e:
+        Pool.from_config(path, stratgy="lru")
+    assert not isinstance(e.value, exitpool.Error)
+    with pytest.raises(TypeError, match=r"ManualClock.*\(in a keyword argument given in code: clock\)"):
+        Pool.from_config(path, clock=5)
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "key"),
+    [
+        ('strategy = "lru"\n', {"strategy": "bad"}, "strategy"),  # the file's value is fine
+        ("", {"strategy": "bad"}, "strategy"),
+        ("[health]\nconsecutive = 5\n", {"health": {"window": 70}}, "health.window"),
+        ('store = "ftp://gw.example:21"\n', {"store": "memory://x", "namespace": ""}, "namespace"),
+    ],
+)
+def test_a_bad_value_given_in_code_is_blamed_on_the_keyword(tmp_path, text, overrides, key):
+    path = config(tmp_path, text)
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path, **overrides)
+    message = str(e.value)
+    assert message.startswith(f"keyword argument {key} (given in code, not read from {path}): "), message
+    assert not re.search(rf"{re.escape(str(path))}:\d", message)
+
+
+def test_the_file_is_still_blamed_when_code_passes_keywords_too(tmp_path):
+    path = config(tmp_path, 'strategy = "lru"\nreplicas = 0\n')
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path, clock=ManualClock(), session_ttl=60)
+    assert str(e.value).startswith(f"{path}:3: replicas: "), str(e.value)
+
+
+# --- absurd values: the core's bounds, named at their key and line ---
+
+HUGE = [
+    ("session_ttl = 1e300", r"session_ttl", 2),
+    ("lease_ttl = 1e300", r"lease_ttl", 2),
+    ('strategy = "lru"\ncooldown = 1e300', r"cooldown", 3),
+    ("[warmup]\ninitial_interval = 1e300", r"warmup\.initial_interval", 3),
+    ("[warmup]\nramp = 1e308\nhorizon = 1e308", r"warmup\.(ramp|horizon)", None),
+    ("[health]\nbase_ejection = 1e300\nmax_ejection = 1e300", r"health\.(base|max)_ejection", None),
+    ("[health]\nmin_hold = 1e300", r"health\.min_hold", 3),
+    ("[health]\nrate_limit_cooldown = 1e300", r"health\.rate_limit_cooldown", 3),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "line"), HUGE)
+def test_absurd_durations_are_refused_at_their_key_and_line(tmp_path, text, key, line):
+    path = config(tmp_path, text + "\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    m = re.match(rf"{re.escape(str(path))}:(\d+): ({key}): ", str(e.value))
+    assert m, str(e.value)
+    where = {"ramp": 3, "horizon": 4, "base_ejection": 3, "max_ejection": 4}
+    assert int(m.group(1)) == (line or where[m.group(2).split(".")[1]])
 
 
 def test_a_file_without_exits(tmp_path):
@@ -517,3 +621,100 @@ def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
     for block in blocks:
         write(tmp_path, "gw.example:8000\n", "proxies.txt")
         assert len(Pool.from_config(write(tmp_path, block))) >= 1
+
+
+# --- the README's key lists are exactly what the loader and the core accept ---
+
+CORE = Path(__file__).resolve().parent.parent / "src" / "py" / "pool.rs"
+EXITS = [Exit("a", "http://gw.example:8000"), Exit("b", "http://gw.example:8001")]
+
+
+def core_settings(function):
+    """The settings a dict option of Pool(...) accepts: the match arms of `function` in the
+    binding (its `_ =>` arm refuses every other key)."""
+    source = CORE.read_text(encoding="utf-8")
+    body = source[source.index(f"fn {function}(") :]
+    body = body[: body.index("\n}\n")]
+    return re.findall(r'^\s*"(\w+)" => cfg\.\w+ =', body, flags=re.M)
+
+
+def readme_config_block():
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Configuration files") :]
+    section = section[: section.index("\n## ")]
+    return section, re.search(r"```toml\n(.*?)```", section, flags=re.S).group(1)
+
+
+def readme_table_keys(block, header):
+    """The keys the README's exitpool.toml shows under `header`, written or commented out."""
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"(# ?)?{re.escape(header)}(\s|$)", line))
+    keys = []
+    for line in lines[start + 1 :]:
+        m = re.match(r"(?:# ?)?(\w+)\s*=", line)
+        if not m:
+            break
+        keys.append(m.group(1))
+    return keys
+
+
+def refused_as_unknown(**option):
+    try:
+        Pool(EXITS, **option)
+    except InvalidInput as e:
+        return "has no setting" in str(e)
+    return False
+
+
+def test_the_readme_lists_exactly_the_health_settings_the_core_accepts():
+    section, _ = readme_config_block()
+    listed = section[section.index("Every key of `[health]`") :]
+    listed = re.findall(r"`(\w+)`", listed[: listed.index("\n- ")])
+    accepted = core_settings("extract_health")
+    assert len(accepted) >= 20 and sorted(listed) == sorted(accepted)
+    # And the defaults table of "Health", which that list points to.
+    health = README.read_text(encoding="utf-8").split("## Health", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (`\w+`(?:, `\w+`)*) \|", health, flags=re.M)
+    assert sorted(re.findall(r"`(\w+)`", " ".join(rows))) == sorted(accepted)
+    # The binding really takes each (and nothing else), and so does a [health] table.
+    assert not [k for k in accepted if refused_as_unknown(health={k: 1})]
+    assert refused_as_unknown(health={"consecutve": 1})
+
+
+def test_the_readme_shows_exactly_the_warmup_settings_the_core_accepts(tmp_path):
+    _, block = readme_config_block()
+    shown = readme_table_keys(block, "[warmup]")
+    accepted = core_settings("extract_warmup")
+    assert len(accepted) >= 3 and shown == accepted
+    assert not [k for k in accepted if refused_as_unknown(warmup={k: 86400})]
+    assert refused_as_unknown(warmup={"steep": 1})
+
+
+def test_the_readme_shows_exactly_the_exit_fields_the_loader_accepts(tmp_path):
+    _, block = readme_config_block()
+    shown = readme_table_keys(block, "[[exit]]")
+    # Exit(exit_id, proxy, *, ip, capacity, tags): the table's id is the exit_id.
+    keywords = re.findall(r"(\w+)=", Exit.__text_signature__)
+    assert sorted(shown) == sorted(exitpool._config._EXIT_KEYS) == sorted(["id", "proxy", *keywords])
+    table = {"id": '"x"', "proxy": '"http://gw.example:1"', "ip": '"10.0.0.1"', "capacity": "2", "tags": '{ a = "b" }'}
+    path = write(tmp_path, "[[exit]]\n" + "".join(f"{k} = {table[k]}\n" for k in shown))
+    assert summary(Pool.from_config(path).exits) == [("x", "http://gw.example:1", "10.0.0.1", 2, {"a": "b"})]
+
+
+def test_the_readme_config_changes_no_default(tmp_path):
+    # "every option, with its default": copying the block as it is must turn nothing on or change
+    # any default of Pool(...).
+    _, block = readme_config_block()
+    write(tmp_path, "gw.example:8000\n", "proxies.txt")
+    seen = []
+
+    def spy(exits, **options):
+        seen.append(options)
+        return Pool(exits, **options)
+
+    pool = _from_config(spy, write(tmp_path, block))
+    options = {k: v for k, v in seen[-1].items() if k != "health"}  # [health] shows a few, "for example"
+    defaults = {k: eval(v) for k, v in re.findall(r'(\w+)=("[^"]*"|[^,)]+)', Pool.__text_signature__)}
+    defaults["replicas"] = exitpool.DEFAULT_REPLICAS
+    assert options == {k: defaults[k] for k in options}
+    assert leased_ids(pool, 3, key="account-1")  # a key's second lease is not held back by warm-up

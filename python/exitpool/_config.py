@@ -13,6 +13,7 @@ import bisect
 import datetime
 import os
 import re
+import stat
 import sys
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
@@ -66,17 +67,32 @@ class _ConfigError(Exception):
         self.message = message
 
 
+class _OverrideError(Exception):
+    """A bad value given in code as a keyword of from_config, not written in the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
 def from_config(cls: Callable[..., Any], path: Union[str, "os.PathLike[str]"], **overrides: Any) -> Any:
     """Build ``cls(exits, **options)`` from the TOML file at ``path``.
 
     ``overrides`` are keywords of ``Pool(...)`` given in code (``clock=ManualClock()`` in tests);
-    they win over the file. A missing or unreadable file raises ``OSError`` as ``open`` does;
-    everything wrong inside it raises :class:`InvalidInput` naming the key and its line.
+    they win over the file, and their mistakes are theirs: a keyword ``Pool`` does not take is a
+    ``TypeError``, a bad value an :class:`InvalidInput` that names the keyword, not the file. A
+    missing or unreadable file raises ``OSError`` as ``open`` does; everything wrong inside it
+    (a proxy list that cannot be read included) raises :class:`InvalidInput` naming the key and
+    its line.
     """
     fspath = os.fspath(path)
     name = fspath if isinstance(fspath, str) else os.fsdecode(fspath)
-    with open(fspath, "rb") as f:
-        raw = f.read()
+    try:
+        with open(fspath, "rb") as f:
+            raw = f.read()
+    except ValueError as e:  # not an OSError: a NUL in the path ("embedded null byte")
+        raise InvalidInput(f"{name!r}: not a usable path: {e}") from None
     try:
         return _build(cls, name, raw, overrides)
     except InvalidInput:
@@ -105,9 +121,12 @@ def _build(cls: Callable[..., Any], name: str, raw: bytes, overrides: Dict[str, 
     try:
         options, exits = _read(doc, name)
         options.update(overrides)
-        return _construct(cls, options, exits, doc)
+        return _construct(cls, options, exits, doc, overrides)
     except _ConfigError as e:
         raise fail(e.path, e.message) from None
+    except _OverrideError as e:  # a keyword given in code: the file is not to blame
+        message = f"keyword argument {e.key} (given in code, not read from {name}): {e.message}"
+        raise InvalidInput(_scrub(message, secrets + _override_secrets(overrides))) from None
 
 
 def _parse_toml(name: str, text: str, secrets: List[str]) -> Dict[str, Any]:
@@ -196,22 +215,39 @@ def _check_option(key: str, value: Any) -> Any:
 
 
 def _read_exits_file(value: Any, name: str) -> List[Tuple[Path, Exit]]:
+    """The exits of the proxy list the file names. Every way the path can fail at the OS (a
+    NUL, a directory, a dangling or looping link, no permission, a name too long, bytes that
+    are not UTF-8) is an InvalidInput at this key, never an OSError or a bare ValueError."""
     path: Path = ("exits_file",)
     rel = _need(path, value, str, "a path (relative to this file)")
-    full = os.path.join(os.path.dirname(os.path.abspath(name)), os.path.expanduser(rel))
+    if "\0" in rel:  # the OS takes no NUL in a path: expanduser and open raise ValueError
+        raise _ConfigError(path, f"{_show(rel)} is not a usable path: it contains a NUL character")
+    try:
+        full = os.path.join(os.path.dirname(os.path.abspath(name)), os.path.expanduser(rel))
+    except (OSError, ValueError) as e:  # the working directory gone, a user name expanduser refuses
+        raise _ConfigError(path, f"{_show(rel)} cannot be resolved: {_os_reason(e)}") from None
+    try:
+        st = os.stat(full)
+    except FileNotFoundError:
+        raise _ConfigError(path, f"{_show(rel)} does not exist (read as {full!r})") from None
+    except (OSError, ValueError) as e:  # permission denied, a name too long, a link loop, ...
+        raise _ConfigError(path, f"{_show(rel)} cannot be opened: {_os_reason(e)} (read as {full!r})") from None
     # Only a regular file: a FIFO or a device would block or never end.
-    if not os.path.isfile(full):
-        why = "is not a file" if os.path.exists(full) else "does not exist"
-        raise _ConfigError(path, f"{rel!r} {why} (read as {full!r})")
+    if not stat.S_ISREG(st.st_mode):
+        raise _ConfigError(path, f"{_show(rel)} is not a file (read as {full!r})")
     try:
         exits = load_exits(full)
     except InvalidInput as e:
         raise _ConfigError(path, str(e)) from None
-    except OSError as e:
-        raise _ConfigError(path, f"cannot read {full!r}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:
+        raise _ConfigError(path, f"cannot read {full!r}: {_os_reason(e)}") from None
     if not exits:
-        raise _ConfigError(path, f"{rel!r} holds no exits")
+        raise _ConfigError(path, f"{_show(rel)} holds no exits")
     return [(path, e) for e in exits]
+
+
+def _os_reason(e: BaseException) -> str:
+    return (e.strerror if isinstance(e, OSError) else None) or str(e)
 
 
 def _read_exit(path: Path, table: Dict[str, Any]) -> Exit:
@@ -232,45 +268,61 @@ def _read_exit(path: Path, table: Dict[str, Any]) -> Exit:
     parsed = _exit_or_fail(path + ("proxy",), lambda: Exit("_", proxy))
     if "id" in table:
         exit_id = _need(path + ("id",), table["id"], str, "a string")
+        _exit_or_fail(path + ("id",), lambda: Exit(exit_id, proxy))
     else:
-        # As in proxy lists: `user@host:port`, which survives a password change.
+        # As in proxy lists: `user@host:port`, which survives a password change. An id made
+        # from the proxy that Exit refuses is the proxy's fault: the table has no id to blame.
         user = parsed.username
         exit_id = f"{user}@{parsed.host}:{parsed.port}" if user else f"{parsed.host}:{parsed.port}"
-    _exit_or_fail(path + ("id",), lambda: Exit(exit_id, proxy))
+        _exit_or_fail(path + ("proxy",), lambda: Exit(exit_id, proxy),
+                      why=" (the id an [[exit]] without `id` gets: user@host:port of its proxy)")
     _exit_or_fail(path + ("ip",), lambda: Exit(exit_id, proxy, ip=ip))
     _exit_or_fail(path + ("capacity",), lambda: Exit(exit_id, proxy, capacity=capacity))
     _exit_or_fail(path + ("tags",), lambda: Exit(exit_id, proxy, tags=tags))
     return _exit_or_fail(path, lambda: Exit(exit_id, proxy, ip=ip, capacity=capacity, tags=tags))
 
 
-def _exit_or_fail(path: Path, make: Callable[[], Exit]) -> Exit:
+def _exit_or_fail(path: Path, make: Callable[[], Exit], why: str = "") -> Exit:
     try:
         return make()
     except (Error, ValueError, TypeError, OverflowError) as e:
-        raise _ConfigError(path, _strip_key(path[-1:], str(e))) from None
+        raise _ConfigError(path, _strip_key(path[-1:], str(e)) + why) from None
 
 
-def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]], doc: Dict[str, Any]) -> Any:
+def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]],
+               doc: Dict[str, Any], overrides: Dict[str, Any]) -> Any:
     try:
         return cls([e for _, e in exits], **options)
     except (ValueError, TypeError, OverflowError) as e:  # InvalidInput is a ValueError
-        message = str(e)
-    raise _ConfigError(*_blame(options, doc, message))
+        error = e
+    path, message = _blame(options, doc, str(error), overrides)
+    from_code = bool(path) and path[0] in overrides
+    # The file's values are type-checked before Pool sees them: a TypeError (an unknown or
+    # repeated keyword, a clock that is no ManualClock) or an OverflowError is about a keyword
+    # given in code, and stays what Pool(...) raises in code.
+    if not isinstance(error, ValueError) and (from_code or (not path and overrides)):
+        if not path:
+            error.args = (f"{error} (in a keyword argument given in code: {', '.join(overrides)})",) + error.args[1:]
+        raise error
+    if from_code:
+        raise _OverrideError(_dotted(path), message)
+    raise _ConfigError(path, message)
 
 
-def _blame(options: Dict[str, Any], doc: Dict[str, Any], message: str) -> Tuple[Path, str]:
+def _blame(options: Dict[str, Any], doc: Dict[str, Any], message: str, overrides: Dict[str, Any]) -> Tuple[Path, str]:
     """The key a message from Pool(...) is about: Pool names the setting first ("health window
-    70 must be ..."), so the earliest key of the file that the message names is the culprit.
+    70 must be ..."), so the earliest key that the message names is the culprit: a key of the
+    file, or a keyword given in code (overrides win, so their values are the ones Pool saw).
     Tables (health, warmup) are the fallback when none of their settings is named."""
     leaves: List[Path] = []
     tables: List[Path] = []
-    for key in options:
-        if key not in doc:  # an override from code, not the file's fault
+    for key in set(options) | set(overrides):
+        value = overrides[key] if key in overrides else doc.get(key)
+        if key not in overrides and key not in doc:
             continue
-        value = doc[key]
         if isinstance(value, dict):
             tables.append((key,))
-            leaves.extend((key, k) for k in value)
+            leaves.extend((key, k) for k in value if isinstance(k, str))
         else:
             leaves.append((key,))
     for group in (leaves, tables):
@@ -278,9 +330,9 @@ def _blame(options: Dict[str, Any], doc: Dict[str, Any], message: str) -> Tuple[
         for path in group:
             m = re.search(_WORD.format(re.escape(str(path[-1]))), message)
             if m:
-                hits.append((m.start(), -len(path), path))
+                hits.append((m.start(), -len(path), str(path), path))
         if hits:
-            path = min(hits)[2]
+            path = min(hits)[3]
             return path, _strip_key(path, message)
     return (), message
 
@@ -414,6 +466,10 @@ def _doc_secrets(doc: Dict[str, Any]) -> List[str]:
             for token in item.split():
                 out += _passwords(token)
     return out
+
+
+def _override_secrets(overrides: Dict[str, Any]) -> List[str]:
+    return _doc_secrets({k: v for k, v in overrides.items() if isinstance(v, (str, dict, list))})
 
 
 def _scrub(message: str, secrets: Iterable[str]) -> str:
