@@ -1,10 +1,13 @@
 """Packaging: the sdist holds everything a build needs, its build-system is complete (pip builds
 its metadata in an isolated environment), the stubs match the native module (mypy.stubtest),
-and the installed package imports and leases on the oldest CPython this machine has.
+and the wheel built from the sdist installs and works on the oldest CPython this machine has.
 
-The sdist is also installed, as a user would (`pip install exitpool-*.tar.gz` into a fresh
-venv, build isolation and all), with a dev profile so that the compile takes about a minute
-instead of a release build's several; the installed package then runs the smoke test."""
+pip builds the wheel from the sdist as a user's `pip install exitpool-*.tar.gz` would (build
+isolation and all), once for the module, with a dev profile so that the compile takes about a
+minute instead of a release build's several. That wheel is installed with pip into a fresh
+venv of the running Python and into one of the oldest CPython here (with tomli, its dependency
+before 3.11, from the package index), and each runs the smoke test: leases, and
+Pool.from_config on a small TOML file."""
 
 from __future__ import annotations
 
@@ -45,6 +48,23 @@ def sdist(tmp_path_factory):
     r = subprocess.run([tool("maturin"), "sdist", "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     (path,) = out.glob("exitpool-*.tar.gz")
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheel(sdist, tmp_path_factory):
+    """The wheel pip builds from the sdist, shared by the install tests."""
+    out = tmp_path_factory.mktemp("wheel")
+    # A dev build (the release profile's fat LTO takes minutes on 2 cores); its own target
+    # directory inside the repository, so that a second run reuses the compile.
+    env = dict(os.environ, MATURIN_PEP517_ARGS="--profile dev", CARGO_TARGET_DIR=str(ROOT / "target" / "sdist-check"))
+    env.pop("VIRTUAL_ENV", None)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(sdist)],
+                       env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-4000:]
+    (path,) = out.glob("exitpool-*.whl")
+    # abi3: one wheel for every CPython from 3.10.
+    assert re.search(r"-cp310-abi3-", path.name), path.name
     return path
 
 
@@ -137,51 +157,56 @@ SMOKE = textwrap.dedent(
             return lease.exit_id
     assert asyncio.run(main()) in ("user@gw.example:8000", "sess-b")
     assert "pw" not in repr(pool.exits)
-    # Pool.from_config: tomllib from 3.11, tomli before (a dependency there); without either
-    # it says what to install.
+    # Pool.from_config reads TOML with tomllib from 3.11 and tomli (a dependency) before.
+    with open("proxies.txt", "w") as f:
+        f.write("sess-b http://u:pw@gw.example:8001\\n")
     with open("exitpool.toml", "w") as f:
-        f.write('strategy = "lru"\\n[[exit]]\\nproxy = "http://u:pw@gw.example:8000"\\n')
-    try:
-        print(repr(Pool.from_config("exitpool.toml")))
-    except ModuleNotFoundError as e:
-        assert sys.version_info < (3, 11) and "pip install tomli" in str(e), e
-        print("needs-tomli")
-    print(".".join(map(str, sys.version_info[:2])), exitpool.__version__)
+        f.write('exits_file = "proxies.txt"\\nstrategy = "lru"\\n[health]\\nconsecutive = 3\\n'
+                '[[exit]]\\nproxy = "http://u:pw@gw.example:8000"\\n')
+    config = Pool.from_config("exitpool.toml")
+    with config.lease("account-1") as lease:
+        assert lease.exit_id in ("sess-b", "u@gw.example:8000")
+    print(repr(config))
+    print(".".join(map(str, sys.version_info[:2])), exitpool.__version__, exitpool.__file__)
     """
 )
 
 
-def test_the_sdist_installs_into_a_fresh_venv_and_works(sdist, tmp_path):
+def smoke_in_a_fresh_venv(python, wheel, tmp_path):
+    """Installs the wheel with pip into a fresh venv of `python`, runs SMOKE there; returns
+    (the pool it configured, the Python version, the package version) as it printed them."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
-    # A dev build (the release profile's fat LTO takes minutes on 2 cores); its own target
-    # directory inside the repository, so that a second run reuses the compile.
-    env = dict(os.environ, MATURIN_PEP517_ARGS="--profile dev", CARGO_TARGET_DIR=str(ROOT / "target" / "sdist-check"))
-    env.pop("VIRTUAL_ENV", None)
-    r = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(sdist)], env=env, capture_output=True, text=True, timeout=1200)
+    env = dict(os.environ, PYTHONNOUSERSITE="1")
+    for name in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        env.pop(name, None)
+    # Dependencies (tomli before 3.11) come from the package index, as a user's would.
+    r = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)], env=env, capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    r = subprocess.run([str(py), "-s", "-c", SMOKE], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONNOUSERSITE="1"))
-    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(py), "-s", "-c", SMOKE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-4000:]
     config, versions_line = r.stdout.strip().splitlines()
-    assert config == "Pool(1 exits, strategy='lru')"
-    assert versions_line.split() == [f"{sys.version_info[0]}.{sys.version_info[1]}", exitpool.__version__]
-    # It is the sdist's build, not the checkout's: the package lives in the venv.
-    where = subprocess.run([str(py), "-s", "-c", "import exitpool; print(exitpool.__file__)"], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60).stdout
+    version, package, where = versions_line.split()
+    # It is the wheel's package, in the venv: not the checkout's.
     assert where.startswith(str(venv)), where
+    return config, version, package
 
 
-def test_the_package_imports_on_the_oldest_cpython_here(tmp_path):
+def test_the_sdist_installs_into_a_fresh_venv_and_works(wheel, tmp_path):
+    config, version, package = smoke_in_a_fresh_venv(sys.executable, wheel, tmp_path)
+    assert config == "Pool(2 exits, strategy='lru')"
+    assert (version, package) == (f"{sys.version_info[0]}.{sys.version_info[1]}", exitpool.__version__)
+
+
+def test_the_wheel_works_on_the_oldest_cpython_here(wheel, tmp_path):
     versions = interpreters()
     oldest = min(v for v in versions if v >= (3, 10))
-    # The abi3 module built for this environment, with the package beside it.
-    package_dir = Path(exitpool.__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(package_dir), PYTHONNOUSERSITE="1")
-    r = subprocess.run([versions[oldest], "-s", "-c", SMOKE], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    config, versions_line = r.stdout.strip().splitlines()
-    assert config in ("Pool(1 exits, strategy='lru')", "needs-tomli")
-    assert versions_line.split() == [f"{oldest[0]}.{oldest[1]}", exitpool.__version__]
+    if oldest == tuple(sys.version_info[:2]):
+        print(f"the oldest CPython here is the running one ({oldest[0]}.{oldest[1]}): checked in a fresh venv of it")
+    else:
+        print(f"the oldest CPython here: {oldest[0]}.{oldest[1]} ({versions[oldest]})")
+    config, version, package = smoke_in_a_fresh_venv(versions[oldest], wheel, tmp_path)
+    assert config == "Pool(2 exits, strategy='lru')"
+    assert (version, package) == (f"{oldest[0]}.{oldest[1]}", exitpool.__version__)
