@@ -29,7 +29,9 @@ import math
 import re
 import sys
 import time
+import traceback
 from typing import Any, Dict, Iterable, List, Optional
+from urllib.parse import quote
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
@@ -50,10 +52,16 @@ logger = logging.getLogger("exitpool.scrapy")
 # request.copy() shares nested values between a request and its retries.
 _STATE = "_exitpool"
 # Public meta keys: which exit served the response, how often the page was moved after a ban,
-# and the ban policy's verdict on the response.
+# the ban policy's verdict on the response, the request's own limit on moves, and whether (and
+# from which exit) the request's account moved at a session boundary.
 _EXIT = "exitpool_exit"
 _RETRIES = "exitpool_retries"
 _BAN = "exitpool_ban"
+_MAX_RETRIES = "exitpool_max_retries"
+_MOVED = "exitpool_session_moved"
+_MOVED_FROM = "exitpool_moved_from"
+# The reason a spider is closed with when EXITPOOL_CLOSE_SPIDER is on and no exit can serve.
+CLOSE_REASON = "exitpool_no_exits"
 
 _BLOCK_STATUSES = frozenset({403, 407, 451})
 _SCHEMES = ("http", "https")
@@ -180,13 +188,14 @@ class ExitPoolMiddleware:
         ban_retries: int = 3,
         wait: float = 30.0,
         auth_encoding: str = "latin-1",
+        close_spider: bool = False,
     ) -> None:
         unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES)
         if unsupported:
             raise InvalidInput(
                 f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}"
             )
-        if not isinstance(ban_retries, int) or ban_retries < 0:
+        if not _is_count(ban_retries):
             raise InvalidInput(f"EXITPOOL_BAN_RETRIES {ban_retries!r}: need an int >= 0")
         if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
             raise InvalidInput(f"EXITPOOL_WAIT {wait!r}: need seconds >= 0")
@@ -197,10 +206,12 @@ class ExitPoolMiddleware:
         self.ban_retries = ban_retries
         self.wait = float(wait)
         self.auth_encoding = auth_encoding or "latin-1"
+        self.close_spider = bool(close_spider)
         self._leases: Dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._auth: Dict[str, Optional[bytes]] = {}
         self._closing = False
+        self._closer: Any = None
 
     # -- construction
 
@@ -226,10 +237,7 @@ class ExitPoolMiddleware:
             exits = load_exits(path if path else _lines(lines))
             if not exits:
                 raise InvalidInput(f"exitpool: {'EXITPOOL_PROXY_LIST_PATH ' + str(path) if path else 'EXITPOOL_PROXY_LIST'} holds no exit")
-            # A lease is held from the middleware to the response, so it must outlive Scrapy's
-            # own download timeout (180 s by default), or a slow download's lease would expire
-            # and its outcome be lost.
-            options.setdefault("lease_ttl", max(120.0, s.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 60.0))
+            options.setdefault("lease_ttl", default_lease_ttl(s))
             pool = Pool(exits, **options)
         policy_path = s.get("EXITPOOL_BAN_POLICY")
         policy = None
@@ -244,6 +252,7 @@ class ExitPoolMiddleware:
             ban_retries=s.getint("EXITPOOL_BAN_RETRIES", 3),
             wait=s.getfloat("EXITPOOL_WAIT", 30.0),
             auth_encoding=s.get("HTTPPROXY_AUTH_ENCODING") or "latin-1",
+            close_spider=s.getbool("EXITPOOL_CLOSE_SPIDER", False),
         )
         crawler.signals.connect(mw._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw._spider_closed, signal=signals.spider_closed)
@@ -258,6 +267,9 @@ class ExitPoolMiddleware:
             # The request chose its own proxy (or none, with None): not ours to route.
             self._inc("own_proxy")
             return None
+        limit = meta.get(_MAX_RETRIES)
+        if limit is not None and not _is_count(limit):
+            raise InvalidInput(f"meta[{_MAX_RETRIES!r}] {limit!r}: need an int >= 0")
         state = state or {}
         stale = self._leases.pop(state.get("token", 0), None)
         if stale is not None:
@@ -275,12 +287,16 @@ class ExitPoolMiddleware:
         auth = self._auth_header(exit)
         if auth is None:
             request.headers.pop(b"Proxy-Authorization", None)
+            meta.pop("_auth_proxy", None)
         else:
             request.headers[b"Proxy-Authorization"] = auth
-        # HttpProxyMiddleware remembers in _auth_proxy which proxy a Proxy-Authorization
-        # header was for, and deletes the header when the proxy changes: forget the previous
-        # exit so that it adopts this header for this exit instead.
-        meta.pop("_auth_proxy", None)
+            # HttpProxyMiddleware remembers in _auth_proxy which proxy a Proxy-Authorization
+            # header is for (the proxy URL without credentials, as urlunparse rebuilds it:
+            # "scheme://host:port", which is this string) and deletes the header when
+            # meta["proxy"] no longer names that proxy. Naming this exit hands its header
+            # over, and if any middleware between this one and HttpProxyMiddleware points the
+            # request elsewhere, Scrapy itself drops this exit's credentials.
+            meta["_auth_proxy"] = proxy
         meta["proxy"] = proxy
         slot = None
         if meta.get("download_slot") in (None, state.get("slot")):
@@ -296,29 +312,36 @@ class ExitPoolMiddleware:
         lease = self._take(request)
         if lease is None:
             return response
-        if "cached" in response.flags:  # HttpCacheMiddleware answered: the exit was not used
-            self._release(lease, error="other")
-            return response
-        verdict = self._verdict(request, response)
-        request.meta[_BAN] = verdict
-        status: Optional[int] = response.status if 100 <= response.status <= 599 else None
-        captcha = False
-        if verdict:
-            captcha = status not in _BLOCK_STATUSES and status != 429
-            self._inc("bans")
-            self._inc(f"bans/status/{response.status}")
-        elif verdict is False and status in _BLOCK_STATUSES:
-            status = None  # the policy says this refusal is the page's, not the exit's
-        self._release(
-            lease,
-            status=status,
-            latency=_latency(request),
-            captcha=captcha,
-            retry_after=_retry_after(response) if response.status == 429 else None,
-        )
+        outcome: Dict[str, Any] = {"error": "other"}
+        verdict: Optional[bool] = None
+        try:
+            if "cached" in response.flags:  # HttpCacheMiddleware answered: the exit was not used
+                return response
+            if self._rerouted(request):  # a later middleware sent it elsewhere: not the exit's
+                return response
+            verdict = self._judge("response_is_ban", request, response)
+            request.meta[_BAN] = verdict
+            status: Optional[int] = response.status if 100 <= response.status <= 599 else None
+            captcha = False
+            if verdict:
+                captcha = status not in _BLOCK_STATUSES and status != 429
+                self._inc("bans")
+                self._inc(f"bans/status/{response.status}")
+            elif verdict is False and status in _BLOCK_STATUSES:
+                status = None  # the policy says this refusal is the page's, not the exit's
+            outcome = {
+                "status": status,
+                "latency": _latency(request),
+                "captcha": captcha,
+                "retry_after": _retry_after(response) if response.status == 429 else None,
+            }
+        finally:
+            # Whatever happens above (a ban rule that raises included), the lease ends here.
+            self._release(lease, **outcome)
         if verdict:
             if lease.key is None:
-                retry = self._retry(request, lease.exit_id, f"status {response.status}" + (" (captcha)" if captcha else ""))
+                reason = f"status {response.status}" + (" (captcha)" if outcome["captcha"] else "")
+                retry = self._retry(request, lease.exit_id, reason)
                 if retry is not None:
                     return retry
             else:
@@ -338,9 +361,16 @@ class ExitPoolMiddleware:
         if lease is None:
             return None
         kind = _error_kind(exception)
-        verdict = self._exception_verdict(request, exception)
-        self._release(lease, error="other" if verdict is False else kind, latency=_latency(request))
-        self._inc(f"errors/{kind}")
+        outcome: Dict[str, Any] = {"error": "other"}
+        verdict: Optional[bool] = None
+        try:
+            if self._rerouted(request):
+                return None
+            verdict = self._judge("exception_is_ban", request, exception)
+            outcome = {"error": "other" if verdict is False else kind, "latency": _latency(request)}
+        finally:
+            self._release(lease, **outcome)
+            self._inc(f"errors/{kind}")
         if verdict and lease.key is None:
             return self._retry(request, lease.exit_id, f"{type(exception).__name__}")
         return None
@@ -349,7 +379,8 @@ class ExitPoolMiddleware:
 
     async def _lease(self, request: Request, key: Optional[str], site: str, avoid: List[str]) -> Any:
         """A lease now, or after waiting out Cooling, WarmingUp and full exits for up to
-        EXITPOOL_WAIT seconds; IgnoreRequest when none comes."""
+        EXITPOOL_WAIT seconds; IgnoreRequest when none comes (at once, closing the spider,
+        when EXITPOOL_CLOSE_SPIDER is on and no exit can serve the site at all)."""
         deadline: Optional[float] = None
         poll = 0.05
         lost = 0
@@ -362,10 +393,13 @@ class ExitPoolMiddleware:
                 if key is None or lost > 3:
                     raise IgnoreRequest(f"exitpool: {e}") from None
                 # The account's exit can no longer serve (removed, quarantined, dead). Moving
-                # it is a session boundary, never a silent teleport: end the session, say so,
+                # it is a session boundary, never a silent teleport: end the session, say so
+                # (in the log and in the request's meta, so that the spider can log in again),
                 # and bind afresh.
                 self.pool.end_session(key)
                 self._inc("sessions_lost")
+                request.meta[_MOVED] = True
+                request.meta[_MOVED_FROM] = e.exit_id
                 logger.warning(
                     "exitpool: account %s moved at a session boundary: its exit %s can no longer serve %s",
                     key,
@@ -378,6 +412,11 @@ class ExitPoolMiddleware:
             except NoExitAvailable as e:
                 wait, refusal = poll, e
                 poll = min(poll * 2, 1.0)
+                if self.close_spider and not self._closing and not self._any_in_service(site):
+                    self._inc("no_exit")
+                    logger.error("exitpool: closing the spider: no exit can serve %s (%s)", site or "this site", e)
+                    self._close_spider()
+                    raise IgnoreRequest(f"exitpool: {e}") from None
             now = time.monotonic()
             if deadline is None:
                 deadline = now + self.wait
@@ -391,36 +430,56 @@ class ExitPoolMiddleware:
             await _sleep(max(0.0, min(wait, left)))
 
     def _acquire(self, key: Optional[str], site: str, avoid: List[str]) -> Any:
-        """A lease, for a keyless retry on an exit it has not been banned from when the pool
-        has one: the pool picks, and picks again (a full round at most) while it picks an
-        avoided exit. Leases picked and not used go back as ``other``, which health ignores."""
-        lease = self.pool.acquire(key, site=site or None, timeout=0)
-        if key is not None or not avoid or lease.exit_id not in avoid:
-            return lease
-        spare = [lease]
-        chosen = None
-        try:
-            for _ in range(len(self.pool)):
-                try:
-                    again = self.pool.acquire(None, site=site or None, timeout=0)
-                except Error:
-                    break
-                if again.exit_id not in avoid:
-                    chosen = again
-                    break
-                spare.append(again)
-        finally:
-            if chosen is None:
-                chosen = spare.pop(0)  # only avoided exits can serve: the pool's first pick
-            for unused in spare:
-                self._release(unused, error="other")
-        return chosen
+        """A lease; for a keyless retry, on an exit it has not been banned from when the pool
+        has one that can serve now (the pool's pick passes over ``avoid``, so no lease is
+        taken and handed back, and no strategy state moves for an exit not used). When only
+        exits it was banned from can serve, the pool's normal pick."""
+        if key is None and avoid:
+            try:
+                return self.pool.acquire(None, site=site or None, timeout=0, avoid=avoid)
+            except NoExitAvailable:
+                pass
+        return self.pool.acquire(key, site=site or None, timeout=0)
+
+    def _any_in_service(self, site: str) -> bool:
+        """Whether any exit could serve the site once waiting is over: one that is neither
+        benched nor quarantined or dead (for the site or for every site). Full exits and
+        exits on trial (probing) count: a release or a trial's end frees them."""
+        benched = {e["exit_id"] for e in self.pool.snapshot()["exits"] if e["benched"]}
+        for exit in self.pool.exits:
+            if exit.exit_id in benched:
+                continue
+            if self.pool.state(exit.exit_id, site or None) not in ("quarantined", "dead"):
+                return True
+        return False
+
+    def _close_spider(self) -> None:
+        """Closes the spider with reason CLOSE_REASON, from inside the downloader: scheduled,
+        never awaited (closing waits for the downloader, this request included)."""
+        self._closing = True
+        engine = getattr(self.crawler, "engine", None)
+        if engine is None:
+            return
+        close_async = getattr(engine, "close_spider_async", None)
+        if close_async is not None:  # Scrapy 2.14+
+            from scrapy.utils.defer import deferred_from_coro
+
+            self._closer = deferred_from_coro(close_async(reason=CLOSE_REASON))
+        else:  # pragma: no cover - older Scrapy
+            self._closer = engine.close_spider(self.crawler.spider, CLOSE_REASON)
+        self._closer.addErrback(lambda failure: logger.error("exitpool: closing the spider failed: %s", failure.value))
 
     def _take(self, request: Request) -> Any:
         state = request.meta.get(_STATE)
         if not state:
             return None
         return self._leases.pop(state.get("token", 0), None)
+
+    def _rerouted(self, request: Request) -> bool:
+        """A middleware after this one pointed the request at another proxy (or none): the
+        answer is not the exit's doing, so it is neither reported for nor against it."""
+        state = request.meta.get(_STATE) or {}
+        return request.meta.get("proxy") != state.get("proxy")
 
     def _release(self, lease: Any, **outcome: Any) -> None:
         try:
@@ -445,23 +504,51 @@ class ExitPoolMiddleware:
 
     # -- bans and retries
 
-    def _verdict(self, request: Request, response: Response) -> Optional[bool]:
+    def _judge(self, rule: str, request: Request, subject: Any) -> Optional[bool]:
+        """The verdict of the spider's ``rule`` method, else the policy's. A rule that raises is
+        the spider's (or policy's) bug: it is logged, counted, and taken as no opinion."""
         spider = getattr(self.crawler, "spider", None)
-        judge = getattr(spider, "response_is_ban", None) or self.policy.response_is_ban
-        return judge(request, response)
+        judge = getattr(spider, rule, None) or getattr(self.policy, rule)
+        try:
+            verdict = judge(request, subject)
+            return None if verdict is None else bool(verdict)
+        except Exception as e:
+            self._inc("ban_rule_errors")
+            frames = traceback.extract_tb(e.__traceback__)
+            where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+            logger.error(
+                "exitpool: %s raised %s%s on %s; taken as no opinion (None): %s",
+                rule,
+                type(e).__name__,
+                where,
+                request,
+                self._scrub(str(e)),
+            )
+            return None
 
-    def _exception_verdict(self, request: Request, exception: BaseException) -> Optional[bool]:
-        spider = getattr(self.crawler, "spider", None)
-        judge = getattr(spider, "exception_is_ban", None) or self.policy.exception_is_ban
-        return judge(request, exception)
+    def _scrub(self, text: str) -> str:
+        """``text`` with every exit's password and Proxy-Authorization value masked: a spider's
+        exception message may quote anything, the request's headers included."""
+        for exit in self.pool.exits:
+            secrets = [exit.password or "", quote(exit.password or "", safe="")]
+            auth = self._auth_header(exit)
+            if auth is not None:
+                secrets.append(auth.split()[1].decode("ascii"))
+            for secret in secrets:
+                if secret:
+                    text = text.replace(secret, "[secure]")
+        return text
 
     def _retry(self, request: Request, exit_id: str, reason: str) -> Optional[Request]:
         """A copy of a banned keyless request for another exit, or None when its retries are
-        spent or it has been banned from every exit."""
+        spent (``meta["exitpool_max_retries"]``, else EXITPOOL_BAN_RETRIES) or it has been
+        banned from every exit."""
         retries = int(request.meta.get(_RETRIES, 0))
+        limit = request.meta.get(_MAX_RETRIES)
+        limit = self.ban_retries if limit is None else limit
         state = request.meta.get(_STATE) or {}
         avoid = list(dict.fromkeys([*state.get("avoid", ()), exit_id]))
-        if retries >= self.ban_retries or len(avoid) >= len(self.pool):
+        if retries >= limit or len(avoid) >= len(self.pool):
             self._inc("retries/gave_up")
             logger.info(
                 "exitpool: gave up moving %s after %d retries (%s on exit %s)",
@@ -489,7 +576,7 @@ class ExitPoolMiddleware:
             reason,
             exit_id,
             retries + 1,
-            self.ban_retries,
+            limit,
         )
         return retry
 
@@ -523,6 +610,53 @@ class ExitPoolMiddleware:
             stats.inc_value(f"exitpool/{name}", n)
 
 
+def default_lease_ttl(settings: Any) -> float:
+    """The pool's ``lease_ttl`` for a crawl with these Scrapy settings, unless
+    ``EXITPOOL_POOL_OPTIONS`` sets one: ``DOWNLOAD_TIMEOUT + 60 + CONCURRENT_REQUESTS * delay``
+    seconds, at least 120, where ``delay`` is the longest a download slot may space two
+    requests (``DOWNLOAD_DELAY``, any ``DOWNLOAD_SLOTS`` delay and, with AutoThrottle,
+    ``AUTOTHROTTLE_MAX_DELAY``, each stretched by its jitter).
+
+    Why: a lease is taken in the middleware, before Scrapy puts the request in its download
+    slot's queue, and ends at the response. Scrapy's downloader holds at most
+    ``CONCURRENT_REQUESTS`` requests from the middleware to the response, so a request waits
+    in its slot behind at most that many others, each sent at most ``delay`` after the one
+    before; then its download lasts at most ``DOWNLOAD_TIMEOUT`` (180 s by default). The
+    60 s cover the middlewares and callbacks around it. A lease that expired early would lose
+    its outcome and free its exit's ``max_leases`` slot too soon; one that lasts too long only
+    matters for a crashed process, and the spider's close hands every lease back anyway. Waits
+    behind slow downloads in a slot of low concurrency are not bounded by this rule: set
+    ``lease_ttl`` yourself for such a crawl.
+    """
+    timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+    # Scrapy 2.19 spaces a slot's requests by delay * (1 +- jitter): DOWNLOAD_DELAY_JITTER, or
+    # the older RANDOMIZE_DOWNLOAD_DELAY's 0.5. The larger of the two bounds both versions.
+    jitter = max(
+        settings.getfloat("DOWNLOAD_DELAY_JITTER", 0.0),
+        0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True) else 0.0,
+    )
+    delays = [settings.getfloat("DOWNLOAD_DELAY", 0.0) * (1 + jitter)]
+    if settings.getbool("AUTOTHROTTLE_ENABLED", False):
+        throttle = max(settings.getfloat("AUTOTHROTTLE_MAX_DELAY", 60.0), settings.getfloat("AUTOTHROTTLE_START_DELAY", 5.0))
+        delays.append(throttle * (1 + jitter))
+    for slot in settings.getdict("DOWNLOAD_SLOTS").values():
+        if isinstance(slot, dict) and slot.get("delay"):
+            if "jitter" in slot:  # a slot's own jitter replaces the default one
+                slot_jitter = float(slot["jitter"])
+            elif "randomize_delay" in slot:  # its deprecated form
+                slot_jitter = 0.5 if slot["randomize_delay"] else 0.0
+            else:
+                slot_jitter = jitter
+            delays.append(float(slot["delay"]) * (1 + slot_jitter))
+    # CONCURRENT_REQUESTS = 0 means no limit, which no rule can bound: Scrapy's default stands in.
+    concurrent = settings.getint("CONCURRENT_REQUESTS", 16) or 16
+    return max(120.0, timeout + 60.0 + concurrent * max(delays))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _latency(request: Request) -> Optional[float]:
     value = request.meta.get("download_latency")
     if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
@@ -531,9 +665,19 @@ def _latency(request: Request) -> Optional[float]:
 
 
 def _lines(value: Any) -> Iterable[str]:
-    """EXITPOOL_PROXY_LIST as lines: a list, or one string of lines (from ``-s`` or a .env)."""
+    """EXITPOOL_PROXY_LIST as lines: a list's items are lines; one string (from ``-s`` or an
+    environment variable) is split on newlines and on commas, as Scrapy's
+    ``settings.getlist`` and scrapy-rotating-proxies' ``ROTATING_PROXY_LIST`` split it. A
+    comma inside a password must be percent-encoded (``%2C``). A ``#`` comment is kept whole,
+    commas and all."""
     if isinstance(value, str):
-        return value.splitlines()
+        lines: List[str] = []
+        for line in value.splitlines():
+            code, hash_, comment = line.partition("#")
+            *parts, last = code.split(",")
+            lines.extend(parts)
+            lines.append(last + hash_ + comment)
+        return lines
     if isinstance(value, bytes):
         raise InvalidInput("EXITPOOL_PROXY_LIST: give text lines, not bytes")
     return list(value)

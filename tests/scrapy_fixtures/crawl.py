@@ -4,7 +4,9 @@ cannot start twice in one process): ``python crawl.py config.json``.
 The config holds the Scrapy settings, a plan of steps (each a list of requests sent together;
 the next step starts when every request of the previous one has come back) and an output
 path. Every response and error becomes a JSON line; the last line is a summary with the
-crawl's stats, the pool's per-exit outcomes and the download slots Scrapy used. Proxy
+crawl's stats, the pool's per-exit outcomes and the download slots Scrapy used. The test
+middlewares of ``fixture_middlewares.py`` (next to this file, so importable by that name) can
+be put between exitpool's middleware and Scrapy's HttpProxyMiddleware. Proxy
 passwords never go into the output: of the Proxy-Authorization header only its user name is
 kept, to compare with the exit that served.
 """
@@ -89,6 +91,9 @@ class PlanSpider(scrapy.Spider):
                 "slot": meta.get("download_slot"),
                 "proxy": meta.get("proxy"),
                 "auth_user": user,
+                "cached": "cached" in response.flags,
+                "session_moved": meta.get("exitpool_session_moved", False),
+                "moved_from": meta.get("exitpool_moved_from"),
             }
         )
         return self.done()
@@ -102,6 +107,7 @@ class PlanSpider(scrapy.Spider):
                 "url": failure.request.url,
                 "error": failure.type.__name__,
                 "exit": meta.get("exitpool_exit"),
+                "retries": meta.get("exitpool_retries", 0),
             }
         )
         return self.done()
