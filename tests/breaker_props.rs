@@ -9,7 +9,13 @@
 //!   jitter never exceeds `max_ejection`, the quarantine never exceeds it by more than the
 //!   jitter, and it never ends before its backoff;
 //! - a half-open breaker admits at most `half_open_trials` trial leases of its own half-open
-//!   period at once, whatever became of the trials of earlier periods.
+//!   period at once, whatever became of the trials of earlier periods;
+//! - a breaker trips exactly when one of its documented thresholds is met, not a signal sooner
+//!   or later, over any configuration `HealthConfig::validate` accepts;
+//! - leaving quarantine takes more evidence than entering it, for configurations that ask for
+//!   hysteresis (the defaults do; `validate` does not require it);
+//! - `backoff(n + 1) == min(2 backoff(n), max_ejection)`, and each failed return quarantines
+//!   for `backoff(repeat)` within the documented jitter bounds.
 //!
 //! Case counts are kept small so that `cargo test` (a debug build) stays fast.
 
@@ -364,4 +370,320 @@ fn an_old_trial_coming_back_frees_no_slot_of_a_new_half_open_period() {
         }
     }
     assert_eq!(run.b.state(), State::Probing);
+}
+
+// --- thresholds, hysteresis and backoff -------------------------------------------------------
+
+/// Any configuration `HealthConfig::validate` accepts, over the thresholds that decide a trip.
+fn valid_config() -> impl Strategy<Value = HealthConfig> {
+    (
+        (prop_oneof![Just(1.0), Just(2.0), Just(2.5), Just(5.0), Just(8.0)], 0.0f64..=1.0),
+        (prop_oneof![Just(1.0), Just(2.5), Just(3.0)], 1u32..=5),
+        (1u32..=64).prop_flat_map(|w| (Just(w), 0..=w)),
+        (prop_oneof![Just(0.3), Just(1.0), 0.05f64..=1.0], prop_oneof![Just(0.15), Just(1.0), 0.05f64..=1.0]),
+        (1u32..=12, 1u32..=4, 2u32..=8),
+        (prop_oneof![Just((30.0, 600.0)), Just((5.0, 40.0)), Just((2.0, 2.0)), Just((0.25, 1e6))], prop_oneof![Just(0.0), Just(0.2), 0.0f64..0.99]),
+        prop_oneof![Just(0.0), Just(10.0)],
+    )
+        .prop_map(
+            |((consecutive, degrade), (block_weight, captcha_consecutive), (window, min_calls), (failure_rate, captcha_rate), (recover, trials, dead_after), ((base, max), jitter), min_hold)| {
+                HealthConfig {
+                    consecutive,
+                    // Anywhere in (0, consecutive]: degrading never takes more than quarantining.
+                    degrade_at: (consecutive * degrade).max(0.5).min(consecutive),
+                    block_weight,
+                    captcha_consecutive,
+                    window,
+                    min_calls,
+                    failure_rate,
+                    captcha_rate,
+                    recover_successes: recover,
+                    half_open_trials: trials,
+                    dead_after,
+                    base_ejection: base,
+                    max_ejection: max,
+                    jitter,
+                    min_hold,
+                    ..HealthConfig::default()
+                }
+            },
+        )
+        .prop_filter("a configuration the core accepts", |c| c.validate().is_ok())
+}
+
+/// The documented trip rules, counted independently of the breaker: weighted consecutive
+/// failures (a captcha weighs 1; a success clears them), consecutive captchas (any other
+/// answer clears them), and the failure and captcha rates over the last `window` calls once
+/// `min_calls` calls are in. 5xx answers (site errors) are evidence about the site only.
+#[derive(Debug, Default)]
+struct Evidence {
+    strikes: f64,
+    captchas: u32,
+    /// The last calls, newest last: (failed, captcha).
+    calls: std::collections::VecDeque<(bool, bool)>,
+}
+
+impl Evidence {
+    fn observe(&mut self, cfg: &HealthConfig, signal: Signal) {
+        let call = match signal {
+            Signal::SiteError => return,
+            Signal::Success => {
+                self.strikes = 0.0;
+                self.captchas = 0;
+                (false, false)
+            }
+            Signal::Failure(w) => {
+                self.strikes += w;
+                self.captchas = 0;
+                (true, false)
+            }
+            Signal::Captcha => {
+                self.strikes += 1.0;
+                self.captchas += 1;
+                (true, true)
+            }
+        };
+        self.calls.push_back(call);
+        while self.calls.len() > cfg.window as usize {
+            self.calls.pop_front();
+        }
+    }
+
+    /// What an incident (a suspended judgement) wipes: everything but the site-failing count.
+    fn suspend(&mut self) {
+        *self = Evidence::default();
+    }
+
+    /// Every threshold the evidence meets, as the reason a trip would give.
+    fn met(&self, cfg: &HealthConfig) -> Vec<Reason> {
+        let mut met = Vec::new();
+        if self.strikes >= cfg.consecutive {
+            met.push(Reason::ConsecutiveFailures(self.strikes));
+        }
+        if self.captchas >= cfg.captcha_consecutive {
+            met.push(Reason::ConsecutiveCaptchas(self.captchas));
+        }
+        let n = self.calls.len() as u32;
+        if n >= cfg.min_calls && n > 0 {
+            let failures = self.calls.iter().filter(|c| c.0).count() as f64 / n as f64;
+            let captchas = self.calls.iter().filter(|c| c.1).count() as f64 / n as f64;
+            if captchas >= cfg.captcha_rate {
+                met.push(Reason::CaptchaRate(captchas, n));
+            }
+            if failures >= cfg.failure_rate {
+                met.push(Reason::FailureRate(failures, n));
+            }
+        }
+        met
+    }
+}
+
+fn trip_signal() -> impl Strategy<Value = Signal> {
+    prop_oneof![
+        3 => Just(Signal::Success),
+        2 => Just(Signal::Failure(1.0)),
+        1 => Just(Signal::Failure(2.5)),
+        1 => Just(Signal::Failure(3.0)),
+        2 => Just(Signal::Captcha),
+        1 => Just(Signal::SiteError),
+    ]
+}
+
+/// Signals until `kind` quarantines a fresh breaker, all allowed to eject at one instant.
+fn signals_to_trip(cfg: &HealthConfig, kind: Signal) -> u32 {
+    let mut b = Breaker::new(0.0);
+    for n in 1..=1000 {
+        if let Some(t) = b.record(cfg, kind, 0, 0.0, Ejection::Allowed, 0.5) {
+            if t.to == State::Quarantined {
+                return n;
+            }
+        }
+    }
+    panic!("{kind:?} never quarantined under {cfg:?}");
+}
+
+/// The least evidence that quarantines: the cheapest of the signals the pool sends a breaker
+/// (a block, a timeout or refused tunnel, a captcha), from the documented thresholds alone.
+fn documented_trip(cfg: &HealthConfig) -> u32 {
+    let by_weight = |w: f64| (cfg.consecutive / w).ceil() as u32;
+    // A captcha weighs 1 and counts as a captcha; every failing call counts towards the rates.
+    let rate = cfg.min_calls.max(1);
+    [by_weight(cfg.block_weight), by_weight(1.0), cfg.captcha_consecutive.min(by_weight(1.0))]
+        .into_iter()
+        .map(|n| n.min(rate))
+        .min()
+        .unwrap_or(u32::MAX)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A breaker in service trips exactly when one of its thresholds is met, not a signal
+    /// sooner or later: to quarantine if the pool allows an ejection, to degraded (from
+    /// healthy) if it refuses one; and a suspended judgement (an incident) trips nothing and
+    /// forgets the exit's evidence.
+    #[test]
+    fn a_breaker_trips_exactly_when_a_threshold_is_met(
+        cfg in valid_config(),
+        steps in prop::collection::vec((trip_signal(), prop_oneof![8 => Just(Ejection::Allowed), 1 => Just(Ejection::Refused), 1 => Just(Ejection::Suspended)], prop_oneof![Just(0.0), 0.0f64..20.0]), 1..120),
+    ) {
+        let mut b = Breaker::new(0.0);
+        let mut evidence = Evidence::default();
+        let mut now = 0.0;
+        for (i, &(signal, ejection, dt)) in steps.iter().enumerate() {
+            now += dt;
+            let before = b.state();
+            prop_assert!(matches!(before, State::Healthy | State::Degraded));
+            evidence.observe(&cfg, signal);
+            let met = evidence.met(&cfg);
+            let t = b.record(&cfg, signal, 0, now, ejection, 0.5);
+            if signal == Signal::SiteError {
+                prop_assert_eq!(t, None, "a 5xx judged the exit");
+                continue;
+            }
+            if ejection == Ejection::Suspended {
+                prop_assert_eq!(t, None, "judged during an incident");
+                evidence.suspend();
+                continue;
+            }
+            let to = t.map(|t| t.to);
+            match (met.is_empty(), ejection) {
+                (false, Ejection::Allowed) => {
+                    let t = t.unwrap_or_else(|| panic!("step {i}: {met:?} met, yet no trip (cfg {cfg:?})"));
+                    prop_assert_eq!(t.to, State::Quarantined, "step {}: {:?} met", i, met);
+                    prop_assert!(met.contains(&t.reason), "step {}: tripped for {:?}, the thresholds met are {:?}", i, t.reason, met);
+                    return Ok(());
+                }
+                (false, _) => {
+                    let expected = if before == State::Healthy { Some(State::Degraded) } else { None };
+                    prop_assert_eq!(to, expected, "step {}: a refused ejection of a {:?} breaker", i, before);
+                    if let Some(t) = t {
+                        prop_assert_eq!(t.reason, Reason::EjectionRefused);
+                    }
+                }
+                (true, _) => {
+                    prop_assert!(to != Some(State::Quarantined), "step {}: quarantined with no threshold met: {:?} (cfg {:?})", i, t, cfg);
+                    if let Some(t) = t {
+                        prop_assert!(matches!(t.reason, Reason::ConsecutiveFailures(_) | Reason::Recovered(_)), "step {}: {:?}", i, t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hysteresis: with a configuration that asks for it (more successes to return than the
+    /// fewest signals that trip, as the defaults do: 8 against 2 blocks), leaving quarantine
+    /// takes more evidence than entering it. Entering takes exactly the documented evidence;
+    /// leaving takes the whole backoff, then exactly `recover_successes` successful trials,
+    /// and a failure among them starts the return over.
+    #[test]
+    fn leaving_quarantine_takes_more_evidence_than_entering(
+        cfg in valid_config().prop_flat_map(|c| {
+            let least = documented_trip(&c);
+            (Just(c), (least + 1)..=(least + 6))
+        }).prop_map(|(c, recover)| HealthConfig { recover_successes: recover, ..c }),
+        fail_at in prop::option::of(0u32..8),
+        jitter in 0.0f64..1.0,
+    ) {
+        prop_assert!(cfg.validate().is_ok());
+        let kinds = [Signal::Failure(cfg.block_weight), Signal::Failure(1.0), Signal::Captcha];
+        let enter = kinds.iter().map(|&k| signals_to_trip(&cfg, k)).min().unwrap();
+        prop_assert_eq!(enter, documented_trip(&cfg), "the fewest signals that quarantine");
+
+        let cheapest = kinds.into_iter().min_by_key(|&k| signals_to_trip(&cfg, k)).unwrap();
+        let mut b = Breaker::new(0.0);
+        let mut now = 100.0;
+        for _ in 0..enter {
+            b.record(&cfg, cheapest, 0, now, Ejection::Allowed, jitter);
+        }
+        prop_assert_eq!(b.state(), State::Quarantined);
+        // No success counts while quarantined, and it does not end early.
+        prop_assert_eq!(b.record(&cfg, Signal::Success, 0, now, Ejection::Allowed, jitter), None);
+        prop_assert_eq!(b.poll(b.until() - 1e-6 * b.until().abs().max(1.0)), None);
+        now = b.until();
+        prop_assert_eq!(b.poll(now).map(|t| t.to), Some(State::Probing));
+
+        // The return: successful trials, one at a time, until healthy.
+        let mut leave = 0;
+        let mut failed = false;
+        loop {
+            prop_assert!(b.admits(&cfg));
+            let trial = b.on_lease();
+            if fail_at == Some(leave) && !failed && leave + 1 < cfg.recover_successes {
+                failed = true;
+                let t = b.record(&cfg, Signal::Failure(1.0), trial, now, Ejection::Allowed, jitter).map(|t| t.to);
+                prop_assert!(matches!(t, Some(State::Quarantined | State::Dead)), "a failed trial left {:?}", t);
+                if t == Some(State::Dead) {
+                    return Ok(());
+                }
+                now = b.until();
+                b.poll(now);
+                leave = 0;
+                continue;
+            }
+            leave += 1;
+            match b.record(&cfg, Signal::Success, trial, now, Ejection::Allowed, jitter) {
+                None => prop_assert_eq!(b.state(), State::Probing),
+                Some(t) => {
+                    prop_assert_eq!((t.from, t.to), (State::Probing, State::Healthy));
+                    break;
+                }
+            }
+            prop_assert!(leave <= cfg.recover_successes, "still probing after {} successes", leave);
+        }
+        prop_assert_eq!(leave, cfg.recover_successes, "healthy again after {} successful trials", leave);
+        prop_assert!(leave > enter, "{} successes to leave, {} signals to enter", leave, enter);
+    }
+
+    /// The quarantine backoff before jitter: the base, then doubling per repeat up to the
+    /// ceiling and staying there: backoff(n + 1) == min(2 backoff(n), max_ejection).
+    #[test]
+    fn backoff_doubles_up_to_its_ceiling(cfg in valid_config(), n in 1u32..=2000) {
+        prop_assert_eq!(cfg.backoff(1), cfg.base_ejection);
+        prop_assert_eq!(cfg.backoff(n + 1), (2.0 * cfg.backoff(n)).min(cfg.max_ejection), "repeat {}", n);
+        prop_assert_eq!(cfg.backoff(u32::MAX), cfg.max_ejection);
+    }
+
+    /// The same through a breaker: each failed return sends it back to a quarantine of
+    /// `backoff(repeat)` times a jitter factor within [1 - jitter, 1 + jitter], until
+    /// `dead_after` failed returns in a row declare it dead.
+    #[test]
+    fn each_failed_return_doubles_the_quarantine_within_the_jitter(
+        cfg in valid_config(),
+        draws in prop::collection::vec(0.0f64..1.0, 9),
+    ) {
+        let mut b = Breaker::new(0.0);
+        let mut now = 50.0;
+        let t = b.record(&cfg, Signal::Failure(cfg.consecutive), 0, now, Ejection::Allowed, draws[0]);
+        prop_assert_eq!(t.map(|t| t.to), Some(State::Quarantined));
+        let eps = 1e-9 * cfg.max_ejection.max(1.0);
+        let mut returns = 0;
+        for (repeat, &draw) in (1u32..).zip(&draws[1..]) {
+            let lasts = b.until() - now;
+            let backoff = cfg.backoff(repeat);
+            prop_assert!(lasts >= backoff * (1.0 - cfg.jitter) - eps && lasts <= backoff * (1.0 + cfg.jitter) + eps,
+                "quarantine {} lasts {} s, backoff {} with jitter {}", repeat, lasts, backoff, cfg.jitter);
+            now = b.until();
+            prop_assert_eq!(b.poll(now).map(|t| t.to), Some(State::Probing));
+            let trial = b.on_lease();
+            let t = b.record(&cfg, Signal::Failure(1.0), trial, now, Ejection::Allowed, draw).unwrap();
+            returns += 1;
+            if returns >= cfg.dead_after {
+                prop_assert_eq!((t.to, t.reason), (State::Dead, Reason::FailedReturns(returns)));
+                return Ok(());
+            }
+            prop_assert_eq!((t.to, t.reason), (State::Quarantined, Reason::TrialFailed));
+            prop_assert_eq!(b.repeats(), repeat + 1);
+        }
+    }
+}
+
+/// The defaults have the hysteresis the README promises: two blocks quarantine, eight
+/// successful trials bring the exit back.
+#[test]
+fn the_defaults_take_more_to_leave_quarantine_than_to_enter() {
+    let cfg = HealthConfig::default();
+    assert_eq!(signals_to_trip(&cfg, Signal::Failure(cfg.block_weight)), 2);
+    assert_eq!(documented_trip(&cfg), 2);
+    assert!(cfg.recover_successes > signals_to_trip(&cfg, Signal::Failure(1.0)));
 }

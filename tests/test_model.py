@@ -14,7 +14,9 @@ after every step:
   nothing but the count of ignored releases;
 - an ejection never takes the ejected exits (for the tunnel, or for a site counting the exits
   out for their tunnel too) past ``max_ejected`` of those in service (one always may go) or
-  below ``min_in_service``.
+  below ``min_in_service``; checked after every step and, inside the ``streak`` and ``sweep``
+  rules (up to 6 leases each), after every release, so an exit that goes out and comes back
+  within one step is judged too.
 
 The regression tests at the end are the smallest cases the machine found.
 """
@@ -204,7 +206,7 @@ class PoolModel(RuleBasedStateMachine):
         self.cool = {}  # (exit id, site) -> until
         self.counts = collections.Counter()
         self.outcomes = collections.Counter()
-        self.held = {}  # "tunnel" or a site -> exits holding a cap slot after the last step
+        self.held = {}  # "tunnel" or a site -> exits holding a cap slot at the last check
 
     # --- the model ------------------------------------------------------------------------
 
@@ -374,6 +376,7 @@ class PoolModel(RuleBasedStateMachine):
             rec = self.lease(key, site, ("id", exit_id))
             if rec is not None:
                 self.hand_back(rec, outcome, via_report=False)
+            self.check_caps("streak")
             if self.advances:
                 self.clock.advance(step)
 
@@ -385,6 +388,7 @@ class PoolModel(RuleBasedStateMachine):
             rec = self.lease(None, site, ("id", exit_id))
             if rec is not None:
                 self.hand_back(rec, outcome, via_report=False)
+            self.check_caps("sweep")
 
     @precondition(lambda self: self.advances)
     @rule(dt=st.sampled_from([0.5, 1.0, 2.5, 4.0, 10.0, 30.0, 75.0]))
@@ -514,28 +518,39 @@ class PoolModel(RuleBasedStateMachine):
             assert self.pool.assign(key).exit_id == exit_id, key
 
         # Health, for the ejection cap and for the statistics (--hypothesis-show-statistics).
-        scopes = {"tunnel": {i: r["state"] for i, r in rows.items()}}
-        scopes.update({site: {i: self.pool.state(i, site) for i in rows} for site in SITES})
-        for scope, states in scopes.items():
+        for scope, states in self.check_caps("the step", rows).items():
             for state in set(states.values()):
                 event(f"{scope}: an exit {state}")
-            self.check_ejection_cap(scope, {i for i, s in states.items() if s in HOLDS_A_CAP_SLOT}, len(in_service))
         if any(s["incident"] for s in snap["sites"]):
             event("a site incident")
         if snap["pool"]["global_incident"]:
             event("a global incident")
 
-    def check_ejection_cap(self, scope, held, in_service):
+    def check_caps(self, where, rows=None):
+        """Checks the ejection cap of every scope (the tunnel, and each site counting exits out
+        for their tunnel too, as ``pool.state`` does); returns each scope's states."""
+        if rows is None:
+            rows = {r["exit_id"]: r for r in self.pool.snapshot()["exits"]}
+        in_service = sum(not benched for benched in self.present.values())
+        scopes = {"tunnel": {i: r["state"] for i, r in rows.items()}}
+        scopes.update({site: {i: self.pool.state(i, site) for i in rows} for site in SITES})
+        for scope, states in scopes.items():
+            self.check_ejection_cap(scope, {i for i, s in states.items() if s in HOLDS_A_CAP_SLOT}, in_service, where)
+        return scopes
+
+    def check_ejection_cap(self, scope, held, in_service, where):
         """An exit newly out (for the tunnel, or for a site whatever the reason) was allowed out:
         within max_ejected of the exits in service (one always may go) and leaving
         min_in_service serving. Exits coming back, benched or removed change nothing here."""
         before = self.held.get(scope, set())
         self.held[scope] = held
         if held - before:
+            if where != "the step":
+                event(f"an ejection checked within {where}")
             cap = max(1, math.floor(self.max_ejected * in_service))
-            assert len(held) <= cap, f"{scope}: {sorted(held)} out at once; the cap is {cap} of {in_service} in service"
+            assert len(held) <= cap, f"after {where}, {scope}: {sorted(held)} out at once; the cap is {cap} of {in_service} in service"
             assert in_service - len(held) >= self.min_in_service, (
-                f"{scope}: {sorted(held)} out leaves fewer than {self.min_in_service} of {in_service} serving")
+                f"after {where}, {scope}: {sorted(held)} out leaves fewer than {self.min_in_service} of {in_service} serving")
 
 
 PoolModel.TestCase.settings = settings(
