@@ -265,8 +265,31 @@ struct ViewMembers<'a> {
     fleet: &'a Fleet,
     site: u32,
     now: f64,
-    /// Exits this pick passes over (a keyless retry after a ban); usually empty.
+}
+
+/// A view's members less the exits a keyless retry must pass over. A type of its own, so the
+/// common pick, with nothing to avoid, runs the strategies exactly as it did without it.
+struct Avoiding<'a> {
+    inner: ViewMembers<'a>,
     avoid: &'a [u32],
+}
+
+impl Members for Avoiding<'_> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn eligible(&self, m: usize) -> bool {
+        !self.avoid.contains(&self.inner.members[m]) && self.inner.eligible(m)
+    }
+    fn weight(&self, m: usize) -> i64 {
+        self.inner.weight(m)
+    }
+    fn active(&self, m: usize) -> u32 {
+        self.inner.active(m)
+    }
+    fn last_used(&self, m: usize) -> f64 {
+        self.inner.last_used(m)
+    }
 }
 
 /// Weights go to the strategies as integers; this many units stand for one unit of capacity,
@@ -280,7 +303,7 @@ impl Members for ViewMembers<'_> {
     #[inline]
     fn eligible(&self, m: usize) -> bool {
         let h = self.members[m];
-        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes && !self.avoid.contains(&h)
+        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
@@ -1477,8 +1500,13 @@ impl State {
                 }
                 let State { views, exits, last_used, rng, cfg, fleet, .. } = self;
                 let v = &mut views[view as usize];
-                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now, avoid };
-                let picked = v.selector.pick(strategy, &members, rng, lru.then_some((now, cfg.cooldown)));
+                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
+                let lru_clock = lru.then_some((now, cfg.cooldown));
+                let picked = if avoid.is_empty() {
+                    v.selector.pick(strategy, &members, rng, lru_clock)
+                } else {
+                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, lru_clock)
+                };
                 let m = match picked {
                     Ok(m) => m,
                     Err(NoPick::Cooling(wait)) => return Err(Refusal::Cooling { wait, why: LRU_COOLDOWN }),

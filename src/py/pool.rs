@@ -743,8 +743,11 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 impl PyLease {
     fn attempt(&self, py: Python<'_>, wait: Duration) -> Result<Grant, Refusal> {
-        // Empty (nearly always), this allocates nothing.
-        let avoid: Vec<&str> = self.avoid.iter().flat_map(|a| a.iter().map(|id| &**id)).collect();
+        // Nearly always empty: no allocation then.
+        let avoid: Vec<&str> = match &self.avoid {
+            None => Vec::new(),
+            Some(ids) => ids.iter().map(|id| &**id).collect(),
+        };
         let run = |k: Option<&str>, s: Option<&str>| {
             if wait.is_zero() && !self.core.is_shared() {
                 self.core.try_acquire_avoiding(self.view, k, s, &avoid)
