@@ -215,6 +215,17 @@ pub fn scheme_end(raw: &str) -> Option<usize> {
     ok.then_some(i + 3)
 }
 
+/// `host:port`, the host a name, an IPv4 address or a bracketed IPv6 address.
+fn is_host_port(raw: &str) -> bool {
+    let Some((host, port)) = raw.rsplit_once(':') else { return false };
+    let port_ok = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && !host.contains([':', '@', '[', ']']),
+    };
+    port_ok && host_ok
+}
+
 /// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
 /// IPv6: `[::1]:8000:user:pass`). The password is everything after the third field's colon,
 /// so it may hold anything, `@` and `:` included; the port must be all digits.
@@ -240,7 +251,11 @@ fn decode_lenient(s: &str) -> std::result::Result<String, std::str::Utf8Error> {
 /// It errs on the side of hiding: everything between the first `:` of the userinfo and the
 /// last `@`, or everything after the third `:` of a `host:port:user:pass` line.
 pub fn mask_raw(raw: &str) -> String {
-    let (prefix, rest) = match scheme_end(raw) {
+    // A `://` after a word that is no valid scheme (`h*tps://u:pw`) still starts a URL's
+    // userinfo; one after a `:` or `@` is inside a password (`user:pw://x@host`).
+    let mangled = || raw.find("://").filter(|&i| !raw[..i].contains([':', '@'])).map(|i| i + 3);
+    let url_start = scheme_end(raw).or_else(mangled);
+    let (prefix, rest) = match url_start {
         Some(i) => raw.split_at(i),
         None => ("", raw),
     };
@@ -269,9 +284,19 @@ pub fn mask_raw(raw: &str) -> String {
         };
     }
     if prefix.is_empty() {
+        // An IP address, or a `host:port`, holds no password: shown whole (an IPv6 exit id).
+        if raw.parse::<std::net::IpAddr>().is_ok() || is_host_port(raw) {
+            return raw.to_owned();
+        }
         let parts: Vec<&str> = rest.splitn(4, ':').collect();
         if parts.len() == 4 {
             return format!("{}:{}:{}:{MASK}", parts[0], parts[1], parts[2]);
+        }
+        // Fewer fields with no port to be sure of: which one is the password is anyone's guess.
+        if let Some((first, tail)) = rest.split_once(':') {
+            if !tail.bytes().all(|b| b.is_ascii_digit()) {
+                return format!("{first}:{MASK}");
+            }
         }
     } else if let Some((user, tail)) = rest.split_once(':') {
         // `scheme://user:pass` without a host: what follows the colon is no port, so hide it.
@@ -354,5 +379,12 @@ mod tests {
         assert_eq!(mask_raw("http://user:pass"), "http://user:[secure]");
         assert_eq!(mask_raw("http://h:8000/"), "http://h:8000/");
         assert_eq!(mask_raw("[::1]:8000:u:p:w"), "[::1]:8000:u:[secure]");
+        // Found by fuzzing: a mangled scheme, and no `@`, still hide the password.
+        assert_eq!(mask_raw("h*tps://u:hunter2gw.example:8443"), "h*tps://u:[secure]");
+        assert_eq!(mask_raw("u:hunter2"), "u:[secure]");
+        assert_eq!(mask_raw("h:1:u:p://w"), "h:1:u:[secure]");
+        for shown in ["2001:db8::1", "[2001:db8::1]:8000", "10.0.0.1:3128", "sess-a1b2", "gw.example:8000"] {
+            assert_eq!(mask_raw(shown), shown);
+        }
     }
 }

@@ -189,6 +189,14 @@ mod tests {
     }
 
     #[test]
+    fn an_ip_address_is_an_id() {
+        for id in ["2001:db8::1", "[2001:db8::1]:8000", "93.184.10.7"] {
+            let e = parse_line(&format!("{id} http://u:pw@gw.example:8000")).unwrap().unwrap();
+            assert_eq!(e.id, id);
+        }
+    }
+
+    #[test]
     fn id_survives_a_password_change() {
         let a = parse_line("gw:1:user:old").unwrap().unwrap();
         let b = parse_line("gw:1:user:new").unwrap().unwrap();
