@@ -51,8 +51,11 @@ def planted_proxy(fdp, well_formed: Optional[bool] = None) -> str:
         port = str(fdp.ConsumeIntInRange(1, 65535))
     else:
         user = fragment(fdp, 8, forbid="=:" if shape == "userpass_at_hostport" else "=")
-        host = fdp.PickValueInList(HOSTS) if fdp.ConsumeBool() else fragment(fdp, 12, forbid="=")
-        port = str(fdp.ConsumeIntInRange(0, 70000)) if fdp.ConsumeBool() else fragment(fdp, 5, forbid="=")
+        # A `host:port:user:pass` line whose host and port read `http://...` is a URL to every
+        # reader (its password is what follows the first `:` after `//`): no `/` there.
+        around = "=/" if shape == "hostport_userpass" else "="
+        host = fdp.PickValueInList(HOSTS) if fdp.ConsumeBool() else fragment(fdp, 12, forbid=around)
+        port = str(fdp.ConsumeIntInRange(0, 70000)) if fdp.ConsumeBool() else fragment(fdp, 5, forbid=around)
     if shape == "url":
         scheme = fdp.PickValueInList(SCHEMES[:4] if well_formed else SCHEMES)
         tail = fragment(fdp, 4, forbid="=") if fdp.ConsumeBool() and not well_formed else ""

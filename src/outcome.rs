@@ -66,7 +66,7 @@ impl ErrorKind {
             "timeout" => Ok(ErrorKind::Timeout),
             "connect" | "proxy" => Ok(ErrorKind::Connect),
             "other" => Ok(ErrorKind::Other),
-            _ => Err(Error::BadInput(format!("error {s:?} is not one of 'timeout', 'connect', 'proxy', 'other'"))),
+            _ => Err(Error::BadInput(format!("error {} is not one of 'timeout', 'connect', 'proxy', 'other'", crate::proxy::shown(s)))),
         }
     }
 }

@@ -215,15 +215,31 @@ pub fn scheme_end(raw: &str) -> Option<usize> {
     ok.then_some(i + 3)
 }
 
-/// `host:port`, the host a name, an IPv4 address or a bracketed IPv6 address.
-fn is_host_port(raw: &str) -> bool {
-    let Some((host, port)) = raw.rsplit_once(':') else { return false };
-    let port_ok = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
-    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
-        None => !host.is_empty() && !host.contains([':', '@', '[', ']']),
+/// `host:port` (or a bare `host` unless `port_required`), the host a name, an IPv4 address
+/// or a bracketed IPv6 address, the port all digits: text with no room for a password.
+fn is_host_port(raw: &str, port_required: bool) -> bool {
+    let (host_ok, port) = if let Some(rest) = raw.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else { return false };
+        let port = match after {
+            "" => None,
+            _ => match after.strip_prefix(':') {
+                Some(p) => Some(p),
+                None => return false,
+            },
+        };
+        (v6.parse::<std::net::Ipv6Addr>().is_ok(), port)
+    } else {
+        let name = |h: &str| !h.is_empty() && h.chars().all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_'));
+        match raw.rsplit_once(':') {
+            Some((h, p)) => (name(h), Some(p)),
+            None => (name(raw), None),
+        }
     };
-    port_ok && host_ok
+    let port_ok = match port {
+        Some(p) => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
+        None => !port_required,
+    };
+    host_ok && port_ok
 }
 
 /// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
@@ -247,6 +263,13 @@ fn decode_lenient(s: &str) -> std::result::Result<String, std::str::Utf8Error> {
     percent_decode_str(s).decode_utf8().map(|c| c.into_owned())
 }
 
+/// A user's text as an error message quotes it: masked, then quoted and escaped. Every error
+/// that echoes a string the user gave goes through here, whatever the string was meant to be:
+/// a proxy URL typed into the wrong place must not come back with its password.
+pub fn shown(raw: &str) -> String {
+    format!("{:?}", mask_raw(raw))
+}
+
 /// Masks whatever could be a password in text that failed to parse, for error messages.
 /// It errs on the side of hiding: everything between the first `:` of the userinfo and the
 /// last `@`, or everything after the third `:` of a `host:port:user:pass` line.
@@ -255,6 +278,8 @@ pub fn mask_raw(raw: &str) -> String {
     // userinfo; one after a `:` or `@` is inside a password (`user:pw://x@host`).
     let mangled = || raw.find("://").filter(|&i| !raw[..i].contains([':', '@'])).map(|i| i + 3);
     let url_start = scheme_end(raw).or_else(mangled);
+    // A proxy URL's userinfo ends at its last `@` (WHATWG): what follows is its host and port.
+    let proxy_url = scheme_end(raw).is_some_and(|i| Scheme::parse(&raw[..i - 3]).is_some());
     let (prefix, rest) = match url_start {
         Some(i) => raw.split_at(i),
         None => ("", raw),
@@ -266,17 +291,13 @@ pub fn mask_raw(raw: &str) -> String {
     if let Some(at) = rest.rfind('@') {
         let userinfo = &rest[..at];
         let tail = &rest[at + 1..];
-        // Scheme-less text that failed to parse is no URL: which part is the password is
-        // anyone's guess (a `host:port:user:pass` line with a bad port and an `@` puts it
-        // after the `@`). Unless what follows the `@` is a plain `host:port`, only the first
-        // field is shown. In a URL, what follows the `@` is the host and port.
-        let plain_tail = match tail.split_once(':') {
-            None => true,
-            Some((_, port)) => port.trim_end_matches('/').bytes().all(|b| b.is_ascii_digit()),
-        };
-        if prefix.is_empty() && !plain_tail {
+        // Other text that failed to parse may be no URL even after a scheme-like word (a
+        // `host:port:user:pass` line whose host is a word and whose user holds an `@` puts the
+        // password after the `@`): which part is the password is anyone's guess. Unless what
+        // follows the `@` is a plain `host[:port]`, only the first field is shown.
+        if !proxy_url && !is_host_port(tail.trim_end_matches('/'), false) {
             let first = rest.split([':', '@']).next().unwrap_or("");
-            return format!("{first}:{MASK}");
+            return format!("{prefix}{first}:{MASK}");
         }
         return match userinfo.find(':') {
             Some(c) => format!("{prefix}{}:{MASK}@{tail}", &userinfo[..c]),
@@ -285,7 +306,7 @@ pub fn mask_raw(raw: &str) -> String {
     }
     if prefix.is_empty() {
         // An IP address, or a `host:port`, holds no password: shown whole (an IPv6 exit id).
-        if raw.parse::<std::net::IpAddr>().is_ok() || is_host_port(raw) {
+        if raw.parse::<std::net::IpAddr>().is_ok() || is_host_port(raw, true) {
             return raw.to_owned();
         }
         let parts: Vec<&str> = rest.splitn(4, ':').collect();
@@ -382,6 +403,13 @@ mod tests {
         // Found by fuzzing: a mangled scheme, and no `@`, still hide the password.
         assert_eq!(mask_raw("h*tps://u:hunter2gw.example:8443"), "h*tps://u:[secure]");
         assert_eq!(mask_raw("u:hunter2"), "u:[secure]");
+        assert_eq!(mask_raw("x(l://ht::@&:hunter2"), "x(l://ht:[secure]");
+        assert_eq!(mask_raw("l://:x:&@]P1:hunter2/:"), "l://:[secure]");
+        assert_eq!(mask_raw("http://u:hunter2@[::1]:8000/"), "http://u:[secure]@[::1]:8000/");
+        assert_eq!(mask_raw("http://u:hunter2@[::1]"), "http://u:[secure]@[::1]");
+        assert_eq!(mask_raw("l://x:y@hunter2]"), "l://x:[secure]");
+        assert_eq!(mask_raw("u:hunter2@gw.example"), "u:[secure]@gw.example");
+        assert_eq!(mask_raw("t::x@&/:hunter2"), "t:[secure]");
         assert_eq!(mask_raw("h:1:u:p://w"), "h:1:u:[secure]");
         for shown in ["2001:db8::1", "[2001:db8::1]:8000", "10.0.0.1:3128", "sess-a1b2", "gw.example:8000"] {
             assert_eq!(mask_raw(shown), shown);

@@ -82,10 +82,10 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     };
     let capacity = match capacity {
         None => 1,
-        Some(c) => validate_capacity(c.parse::<i64>().map_err(|_| Error::BadInput(format!("capacity {c:?} is not a whole number")))?)?,
+        Some(c) => validate_capacity(c.parse::<i64>().map_err(|_| Error::BadInput(format!("capacity {} is not a whole number", crate::proxy::shown(c))))?)?,
     };
     let ip = ip
-        .map(|s| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("ip {s:?} is not an IP address"))))
+        .map(|s| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("ip {} is not an IP address", crate::proxy::shown(s)))))
         .transpose()?;
     tags.sort();
     Ok(Some(Exit { id, proxy, ip, capacity, tags }))

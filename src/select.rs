@@ -29,7 +29,8 @@ impl Strategy {
             "p2c" => Strategy::P2c,
             _ => {
                 return Err(Error::BadInput(format!(
-                    "strategy {s:?} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'"
+                    "strategy {} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'",
+                    crate::proxy::shown(s)
                 )))
             }
         })

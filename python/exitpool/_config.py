@@ -18,7 +18,7 @@ import sys
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from ._core import Exit
+from ._core import Exit, _mask_raw
 from ._errors import Error, InvalidInput
 from ._exits import load_exits
 
@@ -378,30 +378,6 @@ def _show(s: str) -> str:
     """A string as an error may show it: a password masked as repr(Exit) masks it."""
     s = _mask_raw(s)
     return repr(s if len(s) <= 80 else s[:77] + "...")
-
-
-def _mask_raw(raw: str) -> str:
-    """The password of any proxy shape replaced by ``[secure]``, as the Rust core's mask_raw
-    does, and unlike it today: host:port:user:pass is read before user:pass@host, and only a
-    scheme-shaped prefix counts as a scheme (a password may hold "://")."""
-    m = _SCHEME.match(raw)
-    prefix, rest = (m.group(), raw[m.end() :]) if m else ("", raw)
-    parts = rest.split(":", 3)
-    if not prefix and len(parts) == 4 and re.fullmatch(r"[0-9]+", parts[1]):
-        # host:port:user:pass first, as the parser reads it: its password may hold an `@`.
-        return ":".join(parts[:3]) + ":[secure]"
-    at = rest.rfind("@")
-    if at >= 0:
-        userinfo = rest[:at]
-        c = userinfo.find(":")
-        return f"{prefix}{userinfo[:c]}:[secure]{rest[at:]}" if c >= 0 else raw
-    if not prefix and len(parts) == 4:
-        return ":".join(parts[:3]) + ":[secure]"
-    if prefix and ":" in rest:
-        user, tail = rest.split(":", 1)
-        if not re.fullmatch(r"[0-9]*", tail.rstrip("/")):  # scheme://user:pass, no host
-            return f"{prefix}{user}:[secure]"
-    return raw
 
 
 def _dotted(path: Path) -> str:

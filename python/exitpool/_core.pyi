@@ -3,7 +3,7 @@
 import os
 from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_position"]
+__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position"]
 
 __version__: str
 DEFAULT_REPLICAS: int
@@ -420,4 +420,5 @@ class Pool:
     def __contains__(self, item: Union[str, Exit], /) -> bool: ...
 
 def _parse_exits(lines: List[str]) -> List[Exit]: ...
+def _mask_raw(raw: str) -> str: ...
 def _position(s: str) -> int: ...

@@ -173,3 +173,10 @@ pub fn parse_exits<'py>(py: Python<'py>, lines: Vec<String>) -> PyResult<Bound<'
     let exits = crate::proxy_list::parse(&refs).py_err(py)?;
     PyList::new(py, exits.into_iter().map(PyExit::wrap))
 }
+
+/// The core's masking of a string an error message shows, for the config loader's messages.
+#[pyfunction]
+#[pyo3(name = "_mask_raw")]
+pub fn mask_raw(raw: &str) -> String {
+    crate::proxy::mask_raw(raw)
+}

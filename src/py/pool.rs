@@ -107,7 +107,7 @@ fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<Warmu
                 "ramp" => cfg.ramp = v,
                 "initial_interval" => cfg.initial_interval = v,
                 "horizon" => cfg.horizon = v,
-                _ => return Err(invalid_input(py, format!("warmup has no setting {k:?} (ramp, initial_interval, horizon)"))),
+                _ => return Err(invalid_input(py, format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::proxy::shown(&k)))),
             }
         }
         return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
@@ -155,7 +155,7 @@ fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<Hea
             "incident_min_exits" => cfg.incident_min_exits = count()?,
             "incident_interval" => cfg.incident_interval = number()?,
             "rate_limit_cooldown" => cfg.rate_limit_cooldown = number()?,
-            _ => return Err(invalid_input(py, format!("health has no setting {k:?}"))),
+            _ => return Err(invalid_input(py, format!("health has no setting {}", crate::proxy::shown(&k)))),
         }
     }
     cfg.validate().py_err(py)?;
@@ -467,7 +467,7 @@ impl PyPool {
     fn record_probe(&self, py: Python<'_>, exit_id: &str, ok: bool, observed_ip: Option<&str>, detail: &str) -> PyResult<bool> {
         let observed = match observed_ip {
             None => None,
-            Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {s:?} is not an IP address")))?),
+            Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::proxy::shown(s))))?),
         };
         let drifted = py.detach(|| self.core.record_probe(exit_id, ok, observed, detail)).py_err(py)?;
         self.dispatch.deliver(py, &self.core);
