@@ -94,3 +94,23 @@ def test_the_password_appears_nowhere(tmp_path, caplog, capsys):
     assert not leaks, leaks[0][:400]
     # The password is still there for the clients that need it.
     assert PASSWORD in exits[0].proxy and PASSWORD in exits[0].proxies["https"]
+
+
+def test_a_proxy_url_given_where_something_else_belongs_comes_back_masked():
+    # A proxy URL pasted into the wrong argument: every error that quotes the argument masks it.
+    url = f"http://user:{PASSWORD}@gw.example:8000"
+    pool = Pool([Exit("e0", url)])
+    wrong = [
+        lambda: Pool([Exit("e0", url)], strategy=url),
+        lambda: Pool([Exit("e0", url)], health={url: 1}),
+        lambda: Pool([Exit("e0", url)], warmup={url: 1}),
+        lambda: pool.bench(url),
+        lambda: pool.exit(url),
+        lambda: Exit("e1", url, ip=url),
+        lambda: pool.release(pool.acquire(), error=url),
+        lambda: load_exits([f"gw.example:8000 ip={url}"]),
+    ]
+    for call in wrong:
+        with pytest.raises(exitpool.Error) as e:
+            call()
+        assert PASSWORD not in str(e.value) and "[secure]" in str(e.value), str(e.value)
