@@ -718,3 +718,12 @@ def test_the_readme_config_changes_no_default(tmp_path):
     defaults["replicas"] = exitpool.DEFAULT_REPLICAS
     assert options == {k: defaults[k] for k in options}
     assert leased_ids(pool, 3, key="account-1")  # a key's second lease is not held back by warm-up
+
+
+def test_a_key_a_table_header_defines_implicitly_is_named_at_the_header(tmp_path):
+    # `[exit.tags]` defines `exit` as a table on its own line (found by fuzzing: the error used
+    # to point at the first key under the header instead).
+    write(tmp_path, "gw.example:8000\n", "proxies.txt")
+    path = write(tmp_path, 'exits_file = "proxies.txt"\n\n[exit.tags]\na = "b"\n')
+    with pytest.raises(InvalidInput, match=rf"^{re.escape(str(path))}:3: exit: must be \[\[exit\]\] tables"):
+        Pool.from_config(path)

@@ -517,6 +517,8 @@ class _KeyLines:
                 resolved: Path = ()
                 for part in parts[:-1] if array else parts:
                     resolved += (part,)
+                    # `[exit.tags]` defines `exit` too, implicitly, here if nowhere before.
+                    self._mark(resolved)
                     if resolved in arrays:
                         resolved += (arrays[resolved] - 1,)
                 if array:
