@@ -235,10 +235,7 @@ fn is_host_port(raw: &str, port_required: bool) -> bool {
             None => (name(raw), None),
         }
     };
-    let port_ok = match port {
-        Some(p) => !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()),
-        None => !port_required,
-    };
+    let port_ok = port.map_or(!port_required, is_port);
     host_ok && port_ok
 }
 
@@ -254,7 +251,12 @@ pub fn host_port_user_pass(raw: &str) -> Option<(&str, &str, &str, &str)> {
     };
     let (port, rest) = rest.split_once(':')?;
     let (user, pass) = rest.split_once(':')?;
-    (!port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())).then_some((host, port, user, pass))
+    is_port(port).then_some((host, port, user, pass))
+}
+
+/// A port as proxy lists write one: digits, at least one.
+pub fn is_port(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Decodes `%XX` escapes and keeps a `%` that starts no escape as itself, so that passwords
@@ -277,9 +279,10 @@ pub fn mask_raw(raw: &str) -> String {
     // A `://` after a word that is no valid scheme (`h*tps://u:pw`) still starts a URL's
     // userinfo; one after a `:` or `@` is inside a password (`user:pw://x@host`).
     let mangled = || raw.find("://").filter(|&i| !raw[..i].contains([':', '@'])).map(|i| i + 3);
-    let url_start = scheme_end(raw).or_else(mangled);
+    let scheme = scheme_end(raw);
     // A proxy URL's userinfo ends at its last `@` (WHATWG): what follows is its host and port.
-    let proxy_url = scheme_end(raw).is_some_and(|i| Scheme::parse(&raw[..i - 3]).is_some());
+    let proxy_url = scheme.is_some_and(|i| Scheme::parse(&raw[..i - 3]).is_some());
+    let url_start = scheme.or_else(mangled);
     let (prefix, rest) = match url_start {
         Some(i) => raw.split_at(i),
         None => ("", raw),

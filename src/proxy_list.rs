@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{host_port_user_pass, mask_raw, scheme_end, ProxyUrl, Scheme};
+use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -121,7 +121,7 @@ fn parse_proxy_token(token: &str) -> Result<ProxyUrl> {
         return ProxyUrl::from_parts(Scheme::Http, &format!("{host}:{port}"), Some(user), Some(pass));
     }
     let parts: Vec<&str> = token.splitn(4, ':').collect();
-    let numeric_port = parts.len() >= 2 && !parts[1].is_empty() && parts[1].bytes().all(|b| b.is_ascii_digit());
+    let numeric_port = parts.len() >= 2 && is_port(parts[1]);
     match parts.as_slice() {
         _ if token.contains('@') => ProxyUrl::parse_shown(&format!("http://{token}"), Some(&mask_raw(token))),
         [_, _] if numeric_port => ProxyUrl::from_parts(Scheme::Http, token, None, None),

@@ -6,7 +6,7 @@ import base64
 import email.utils
 import math
 from datetime import datetime, timezone
-from typing import Optional, Tuple
+from typing import Iterable, Optional, Tuple
 
 from ._core import Exit
 from ._errors import InvalidInput
@@ -30,6 +30,14 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
         return url, None
     token = base64.b64encode(f"{user or ''}:{password or ''}".encode("utf-8")).decode("ascii")
     return url, f"Basic {token}"
+
+
+def _scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret in it replaced by ``[secure]``, the longest first (a longer
+    secret may hold a shorter one)."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, "[secure]")
+    return text
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

@@ -16,8 +16,9 @@ import re
 import stat
 import sys
 import urllib.parse
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from ._clients import _scrub
 from ._core import Exit, _mask_raw
 from ._errors import Error, InvalidInput
 from ._exits import load_exits
@@ -446,12 +447,6 @@ def _doc_secrets(doc: Dict[str, Any]) -> List[str]:
 
 def _override_secrets(overrides: Dict[str, Any]) -> List[str]:
     return _doc_secrets({k: v for k, v in overrides.items() if isinstance(v, (str, dict, list))})
-
-
-def _scrub(message: str, secrets: Iterable[str]) -> str:
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        message = message.replace(secret, "[secure]")
-    return message
 
 
 # --- where keys are written ---

@@ -42,7 +42,7 @@ except ImportError as _exc:  # pragma: no cover - exercised by a test that hides
     ) from _exc
 
 from ._clients import _HTTP_SCHEMES as _SCHEMES
-from ._clients import _proxy_parts
+from ._clients import _proxy_parts, _scrub
 from ._core import Exit
 from ._errors import InvalidInput, UnknownExit
 
@@ -118,24 +118,19 @@ class ProbeResult:
 _REFUSAL = "probe: exit {exit_id} is a {scheme} proxy; exitpool.probe speaks to http and https proxies only"
 
 
-def _scrub(text: str, exit: Exit, auth: Optional[str]) -> str:
+def _scrubbed(text: str, exit: Exit, auth: Optional[str]) -> str:
     """Removes anything credential-like from a message (aiohttp's own texts should hold none,
     but a message is only printed after this)."""
-    secrets = [exit.proxy]
+    secrets = [exit.proxy, exit.password or ""]
     if auth:
         secrets += [auth, auth.split(" ", 1)[-1]]
-    if exit.password:
-        secrets.append(exit.password)
-    for s in sorted(secrets, key=len, reverse=True):
-        if s and s in text:
-            text = text.replace(s, "[secure]")
-    return text[:200]
+    return _scrub(text, secrets)[:200]
 
 
 def _describe(exc: BaseException, exit: Exit, auth: Optional[str]) -> str:
     msg = str(exc)
     name = type(exc).__name__
-    return _scrub(f"{name}: {msg}" if msg else name, exit, auth)
+    return _scrubbed(f"{name}: {msg}" if msg else name, exit, auth)
 
 
 def _classify(exc: BaseException) -> str:
@@ -218,14 +213,14 @@ async def _one(
                                           "407 Proxy Authentication Required: the proxy refused the credentials")
                 if not 200 <= status < 300:
                     return EndpointResult(url, False, None, status, time.perf_counter() - started,
-                                          f"http_{status}", _scrub(f"{status} {resp.reason or ''}".strip(), exit, auth))
+                                          f"http_{status}", _scrubbed(f"{status} {resp.reason or ''}".strip(), exit, auth))
                 body = await _read_capped(resp)
                 latency = time.perf_counter() - started
                 ip = _parse_ip(body) if body is not None else None
                 if ip is None:
                     what = "a body over 64 KiB" if body is None else f"{body[:60]!r}"
                     return EndpointResult(url, False, None, status, latency, "bad_body",
-                                          _scrub(f"no IP address in {what}", exit, auth))
+                                          _scrubbed(f"no IP address in {what}", exit, auth))
                 return EndpointResult(url, True, ip, status, latency)
 
         # ClientTimeout bounds each phase; wait_for bounds the whole, whatever the session does.

@@ -41,6 +41,7 @@ from scrapy.utils.misc import load_object
 
 from . import Pool, load_exits
 from ._clients import _retry_after as _header_retry_after
+from ._clients import _scrub
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify
 
@@ -522,22 +523,20 @@ class ExitPoolMiddleware:
                 type(e).__name__,
                 where,
                 request,
-                self._scrub(str(e)),
+                _scrub(str(e), self._secrets()),
             )
             return None
 
-    def _scrub(self, text: str) -> str:
-        """``text`` with every exit's password and Proxy-Authorization value masked: a spider's
-        exception message may quote anything, the request's headers included."""
+    def _secrets(self) -> List[str]:
+        """Every exit's password (raw and percent-encoded) and Proxy-Authorization token: a
+        spider's exception message may quote anything, the request's headers included."""
+        secrets = []
         for exit in self.pool.exits:
-            secrets = [exit.password or "", quote(exit.password or "", safe="")]
+            secrets += [exit.password or "", quote(exit.password or "", safe="")]
             auth = self._auth_header(exit)
             if auth is not None:
                 secrets.append(auth.split()[1].decode("ascii"))
-            for secret in secrets:
-                if secret:
-                    text = text.replace(secret, "[secure]")
-        return text
+        return secrets
 
     def _retry(self, request: Request, exit_id: str, reason: str) -> Optional[Request]:
         """A copy of a banned keyless request for another exit, or None when its retries are
