@@ -482,9 +482,12 @@ impl Pool {
         self.shared.is_some()
     }
 
-    /// The store's description (credentials masked) and whether it is answering.
+    /// The store's description (credentials masked) and whether it is answering: not while
+    /// released leases wait to be handed back to it (their slots stay held fleet-wide).
     pub fn store_status(&self) -> Option<(String, bool)> {
-        self.shared.as_ref().map(|sh| (sh.store.describe(), sh.link.lock().online))
+        let sh = self.shared.as_ref()?;
+        self.stuck(sh, sh.store.backlog(), self.clock.now());
+        Some((sh.store.describe(), sh.link.lock().online))
     }
 
     pub fn now(&self) -> f64 {
@@ -655,7 +658,7 @@ impl Pool {
         if let (Some(sh), Some((exit, id))) = (&self.shared, remote) {
             // The fleet's slot ends whatever the answer: a late one was reclaimed already.
             let r = sh.store.hand_back(&exit.id, id, Some(report.outcome));
-            self.heard(sh, r, now);
+            self.stuck(sh, r, now);
         }
         if let (Some(sh), true) = (&self.shared, verdicts) {
             self.publish_verdicts(sh, now);
@@ -1145,7 +1148,7 @@ impl Pool {
                         Err(refusal) => {
                             drop(st);
                             let r = sh.store.hand_back(&exit, lease, None);
-                            self.heard(sh, r, now);
+                            self.stuck(sh, r, now);
                             Err(refusal)
                         }
                     });
@@ -1179,6 +1182,14 @@ impl Pool {
                 }
                 false
             }
+        }
+    }
+
+    /// Records a failure the store reports without having been asked anything (a hand-back
+    /// kept because the store did not take it): `Ok` there says nothing of whether it answers.
+    fn stuck(&self, sh: &Shared, r: std::result::Result<(), StoreError>, now: f64) {
+        if r.is_err() {
+            self.heard(sh, r, now);
         }
     }
 

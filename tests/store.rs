@@ -357,3 +357,147 @@ fn scripts_reload_after_the_script_cache_is_flushed() {
     st.hand_back("a", id, Some(Outcome::Success)).unwrap();
     granted(st.take(&take(None, &["a"], Some(1))).unwrap());
 }
+
+// --- a stalled server -------------------------------------------------------------------------
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "redis-cli {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Keeps the server busy in one script for `ms` milliseconds, in the background: commands that
+/// arrive meanwhile wait unread, and run when it ends (even if their client gave up).
+fn busy(port: u16, ms: u64) -> Child {
+    let script = format!("local t0 = redis.call('TIME') local s0 = t0[1] * 1e6 + t0[2] while true do local t = redis.call('TIME') if t[1] * 1e6 + t[2] - s0 > {} then return 1 end end", ms * 1000);
+    Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(["EVAL", &script, "0"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Takes a slot of `exit` under a ceiling of one, trying every 20 ms until `within` passes.
+fn take_within(store: &dyn Store, exit: &str, within: Duration) -> Option<u64> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Taken::Granted { lease, .. }) = store.take(&take(None, &[exit], Some(1))) {
+            return Some(lease);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Releases made during `CLIENT PAUSE` (longer than a command's timeout) are kept and sent when
+/// the server answers again: their slots are free long before `lease_ttl` (60 s), each counted
+/// once.
+fn releases_during_a_pause_land_after_it(exits: &[&str], pause_ms: u64) {
+    let (_server, port) = redis_server();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let st = RedisStore::open(&url, "pause").unwrap();
+    let ids: Vec<u64> = exits
+        .iter()
+        .map(|e| granted(st.take(&take(None, &[e], Some(1))).unwrap()).1)
+        .collect();
+    assert_eq!(
+        cli(port, &["CLIENT", "PAUSE", &pause_ms.to_string(), "ALL"]),
+        "OK"
+    );
+    let resumes = Instant::now() + Duration::from_millis(pause_ms);
+    for (e, id) in exits.iter().zip(&ids) {
+        let _ = st.hand_back(e, *id, Some(Outcome::Success));
+    }
+    // The flusher's send times out during the pause, and the store says releases are stuck.
+    let stuck = loop {
+        if let Err(e) = st.backlog() {
+            break Some(e.to_string());
+        }
+        if Instant::now() >= resumes {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stuck = stuck.expect("the store did not say that releases are waiting");
+    assert!(stuck.contains("not yet handed back"), "{stuck}");
+    std::thread::sleep(resumes.saturating_duration_since(Instant::now()));
+    let peer = RedisStore::open(&url, "pause").unwrap();
+    for e in exits {
+        assert!(
+            take_within(&peer, e, Duration::from_secs(10)).is_some(),
+            "the slot of {e} stayed held after the pause"
+        );
+    }
+    assert_eq!(st.backlog(), Ok(()));
+    for c in peer.counts(exits).unwrap() {
+        assert_eq!((c.active, c.outcomes[Outcome::Success as usize]), (1, 1));
+    }
+}
+
+#[test]
+fn a_release_during_a_client_pause_is_sent_when_the_pause_ends() {
+    releases_during_a_pause_land_after_it(&["a"], 1000);
+}
+
+#[test]
+fn releases_of_many_leases_during_a_client_pause_are_sent_when_it_ends() {
+    releases_during_a_pause_land_after_it(&["a", "b", "c", "d", "e", "f", "g", "h"], 1500);
+}
+
+#[test]
+fn a_release_that_timed_out_but_ran_late_is_counted_once() {
+    let (_server, port) = redis_server();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let st = RedisStore::open(&url, "late").unwrap();
+    // Both scripts loaded: a late EVALSHA must not fail for want of its script.
+    let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
+    assert!(st.give_back("a", id, None).unwrap());
+    let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
+    let mut script = busy(port, 1200);
+    std::thread::sleep(Duration::from_millis(200));
+    // Its send times out on this side, and runs on the server once the script ends; the
+    // store sends it again, which must end nothing twice.
+    st.hand_back("a", id, Some(Outcome::Block)).unwrap();
+    script.wait().unwrap();
+    let peer = RedisStore::open(&url, "late").unwrap();
+    assert!(take_within(&peer, "a", Duration::from_secs(10)).is_some());
+    // Past the store's retry: whatever it still had to send went out.
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(st.backlog(), Ok(()));
+    let c = &peer.counts(&["a"]).unwrap()[0];
+    assert_eq!(
+        (c.active, c.leases, c.outcomes[Outcome::Block as usize]),
+        (1, 3, 1),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_take_that_timed_out_but_ran_late_frees_its_slot() {
+    let (_server, port) = redis_server();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let st = RedisStore::open(&url, "lost").unwrap();
+    // Connected, and the take script loaded: a late EVALSHA must not fail for want of it.
+    let (_, id) = granted(st.take(&take(None, &["a"], Some(1))).unwrap());
+    assert!(st.give_back("a", id, None).unwrap());
+    let mut script = busy(port, 1200);
+    std::thread::sleep(Duration::from_millis(200));
+    // No answer in time: the pool serves from its own state, but the server grants the lease
+    // when the script ends, to nobody.
+    assert!(st.take(&take(None, &["a"], Some(1))).is_err());
+    script.wait().unwrap();
+    let peer = RedisStore::open(&url, "lost").unwrap();
+    assert!(
+        take_within(&peer, "a", Duration::from_secs(10)).is_some(),
+        "the late take's slot stayed held"
+    );
+}

@@ -16,7 +16,7 @@ mod memory;
 mod redis;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{flush_all, RedisStore};
 
 use crate::error::{Error, Result};
 use crate::health::State;
@@ -115,8 +115,16 @@ pub trait Store: Send + Sync {
     /// release): a store over a network sends it with its next command (inside the next
     /// take's script run), or by itself within milliseconds if no command comes, so a lease
     /// pair costs one round trip instead of two.
+    ///
+    /// A hand-back that cannot be sent yet is kept and sent when the store answers; `Err`
+    /// then says so (the release itself is done either way).
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         self.give_back(exit, lease, outcome).map(drop)
+    }
+    /// `Err` while released leases wait to be handed back because the store did not take
+    /// them: their slots stay held fleet-wide until it does, which the pool must not hide.
+    fn backlog(&self) -> StoreResult<()> {
+        Ok(())
     }
     /// The exit of the key's live session, if any.
     fn session(&self, key: &str) -> StoreResult<Option<String>>;

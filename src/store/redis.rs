@@ -20,6 +20,21 @@
 //! Reaching the server never blocks a caller for long: connecting gives up after 250 ms, a
 //! command after 500 ms, and after a failure no one tries again for a second, so a fleet whose
 //! Redis is down pays nothing per lease while it serves from local state.
+//!
+//! A hand-back whose send failed (a stalled server, a dropped connection) is not lost: it goes
+//! back to the head of the queue and rides with the first command that reaches the server,
+//! the flusher trying again every `RETRY_AFTER`. It may have reached the server anyway (a reply
+//! that timed out, a command the server ran late); sending it again is safe because the server
+//! ends a lease once (`end_lease` in lua/common.lua does nothing for a lease no longer live).
+//! The queue stays bounded: it only grows by releases of leases the server granted, every
+//! command that reaches the server empties it, and a hand-back stuck for longer than the
+//! longest `lease_ttl` is dropped, its lease having certainly expired (the server reclaims it).
+//! While hand-backs are stuck, [`Store::backlog`] and every hand-back say so.
+//!
+//! A store that the server turns away when it is opened (a wrong password, none where one is
+//! required, a database number out of range) is refused there and then: serving from local
+//! state would silently make every ceiling a per-process one. Only a server that cannot be
+//! reached is left for later.
 
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
@@ -42,6 +57,22 @@ const FLUSH_AFTER: Duration = Duration::from_millis(2);
 const PARK_AFTER: Duration = Duration::from_millis(100);
 /// Hand-backs waiting at once beyond which the releasing caller sends them itself.
 const MAX_PENDING: usize = 256;
+/// Beyond `lease_ttl`, how long a stuck hand-back is kept before its lease is taken for
+/// expired: room for the server's clock to run a little slower than this machine's.
+const EXPIRY_SLACK: Duration = Duration::from_secs(5);
+
+/// Every Redis store of this process, for [`flush_all`].
+static LIVE: Mutex<Vec<std::sync::Weak<Inner>>> = Mutex::new(Vec::new());
+
+/// Sends the waiting hand-backs of every Redis store of this process, waiting for the answer.
+/// For a process about to end without dropping its stores (a `multiprocessing` child, which
+/// leaves by `os._exit`).
+pub fn flush_all() {
+    let live: Vec<Arc<Inner>> = LIVE.lock().iter().filter_map(std::sync::Weak::upgrade).collect();
+    for store in live {
+        let _ = store.flush();
+    }
+}
 
 /// Every script starts with the shared clock and lease-ending functions.
 macro_rules! script {
@@ -63,6 +94,14 @@ struct HandBack {
     exit: String,
     lease: u64,
     outcome: &'static str,
+    /// When a send of it first failed.
+    stuck_since: Option<Instant>,
+}
+
+impl HandBack {
+    fn new(exit: &str, lease: u64, outcome: Option<Outcome>) -> HandBack {
+        HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name), stuck_since: None }
+    }
 }
 
 #[derive(Default)]
@@ -73,6 +112,8 @@ struct Pending {
     /// The flusher sleeps on `wake` (after `PARK_AFTER` with nothing to send) until woken.
     parked: bool,
     closed: bool,
+    /// Why the last send of hand-backs failed; cleared when a command reaches the server.
+    failed: Option<String>,
 }
 
 pub struct RedisStore {
@@ -101,6 +142,10 @@ struct Inner {
     no_flusher: AtomicBool,
     salt: AtomicU64,
     ids: AtomicU64,
+    /// Some hand-backs are waiting because their send failed (`Pending::failed`).
+    stuck: AtomicBool,
+    /// The longest `lease_ttl` of a take, in milliseconds: how long a stuck hand-back is kept.
+    max_ttl_ms: AtomicU64,
 }
 
 impl RedisStore {
@@ -128,7 +173,7 @@ impl RedisStore {
         let info = url.into_connection_info().map_err(bad_url)?;
         let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
         let client = redis::Client::open(info).map_err(bad_url)?;
-        Ok(RedisStore {
+        let store = RedisStore {
             inner: Arc::new(Inner {
                 client,
                 prefix: format!("exitpool:{{{namespace}}}:"),
@@ -150,8 +195,16 @@ impl RedisStore {
                 no_flusher: AtomicBool::new(false),
                 salt: AtomicU64::new(crate::pool::random_seed()),
                 ids: AtomicU64::new(0),
+                stuck: AtomicBool::new(false),
+                max_ttl_ms: AtomicU64::new(0),
             }),
-        })
+        };
+        store.inner.probe()?;
+        let mut live = LIVE.lock();
+        live.retain(|w| w.strong_count() > 0);
+        live.push(Arc::downgrade(&store.inner));
+        drop(live);
+        Ok(store)
     }
 }
 
@@ -170,28 +223,80 @@ impl Inner {
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
         self.own_process();
         let backs = self.drain();
-        self.run(|con| {
-            if !backs.is_empty() {
+        let mut delivered = backs.is_empty();
+        let r = self.run(|con| {
+            if !delivered {
                 self.send_backs(con, &backs)?;
+                delivered = true;
             }
             f(con)
-        })
+        });
+        if let (Err(e), false) = (&r, delivered) {
+            self.requeue(backs, e);
+        }
+        r
     }
 
     /// Runs `f` on an idle connection (or a new one), keeping the connection only if it came
     /// through unharmed.
     fn run<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+        self.try_run(f).map_err(|(e, _)| e)
+    }
+
+    /// [`Inner::run`], saying on failure whether `f` was tried: its command may then have
+    /// reached the server, and may run there yet.
+    fn try_run<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> std::result::Result<T, (StoreError, bool)> {
         let pooled = self.idle.lock().pop();
         let mut con = match pooled {
             Some(c) => c,
-            None => self.connect()?,
+            None => self.connect().map_err(|e| (e, false))?,
         };
         match f(&mut con) {
             Ok(v) => {
                 self.idle.lock().push(con);
+                if self.stuck.load(Ordering::Relaxed) {
+                    self.stuck.store(false, Ordering::Relaxed);
+                    self.pending.lock().failed = None;
+                }
                 Ok(v)
             }
-            Err(e) => Err(self.failed(e)),
+            Err(e) => Err((self.failed(e), true)),
+        }
+    }
+
+    /// Puts hand-backs whose send failed back at the head of the queue, ahead of newer ones,
+    /// for the next command (see the module documentation); drops those stuck for longer than
+    /// the longest `lease_ttl`, whose leases the server has reclaimed or will.
+    fn requeue(&self, mut backs: Vec<HandBack>, why: &StoreError) {
+        let now = Instant::now();
+        let keep = Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed)) + EXPIRY_SLACK;
+        backs.retain_mut(|hb| now.saturating_duration_since(*hb.stuck_since.get_or_insert(now)) <= keep);
+        let parked = {
+            let mut p = self.pending.lock();
+            backs.append(&mut p.backs);
+            p.backs = backs;
+            if p.backs.is_empty() {
+                return;
+            }
+            p.failed = Some(why.to_string());
+            self.stuck.store(true, Ordering::Relaxed);
+            p.since.get_or_insert(now);
+            p.parked
+        };
+        if parked {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether hand-backs wait because their send failed, and why.
+    fn backlog(&self) -> StoreResult<()> {
+        if !self.stuck.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let p = self.pending.lock();
+        match (&p.failed, p.backs.len()) {
+            (Some(why), n) if n > 0 => Err(StoreError::Unavailable(format!("{why}; {n} released lease{} not yet handed back to the fleet", if n == 1 { "" } else { "s" }))),
+            _ => Ok(()),
         }
     }
 
@@ -208,13 +313,42 @@ impl Inner {
                 p.backs.clear();
                 p.since = None;
                 p.parked = false;
+                p.failed = None;
             }
+            self.stuck.store(false, Ordering::Relaxed);
             *self.retry_at.lock() = None;
             self.salt.store(crate::pool::random_seed() ^ u64::from(pid), Ordering::Relaxed);
             self.ids.store(0, Ordering::Relaxed);
             self.process.store(pid, Ordering::Release);
         }
         pid
+    }
+
+    /// Starts this process's flusher if it has none: a forked child has its parent's store but
+    /// not its threads.
+    fn start_flusher(self: &Arc<Self>) {
+        let pid = std::process::id();
+        let started = self.flusher.load(Ordering::Acquire);
+        if started != pid && self.flusher.compare_exchange(started, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let me = Arc::clone(self);
+            let spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind());
+            self.no_flusher.store(spawned.is_err(), Ordering::Relaxed);
+        }
+    }
+
+    /// Queues a hand-back for the next command or the flusher; returns how many wait.
+    fn queue(self: &Arc<Self>, hb: HandBack) -> usize {
+        self.start_flusher();
+        let (waiting, parked) = {
+            let mut p = self.pending.lock();
+            p.backs.push(hb);
+            p.since.get_or_insert_with(Instant::now);
+            (p.backs.len(), p.parked)
+        };
+        if parked {
+            self.wake.notify_one();
+        }
+        waiting
     }
 
     fn drain(&self) -> Vec<HandBack> {
@@ -239,7 +373,11 @@ impl Inner {
         if backs.is_empty() {
             return Ok(());
         }
-        self.run(|con| self.send_backs(con, &backs)).map(drop)
+        let r = self.run(|con| self.send_backs(con, &backs)).map(drop);
+        if let Err(e) = &r {
+            self.requeue(backs, e);
+        }
+        r
     }
 
     /// Sends what waited `FLUSH_AFTER` without a command to ride with; ends with the store.
@@ -269,7 +407,13 @@ impl Inner {
             };
             let wait = due.saturating_duration_since(Instant::now());
             if wait.is_zero() {
-                let _ = self.flush();
+                if self.flush().is_err() {
+                    // Kept for the next try (see `requeue`), a second from now, or sooner with
+                    // the next command that reaches the server.
+                    let retry = Instant::now() + RETRY_AFTER;
+                    let mut p = self.pending.lock();
+                    while !p.closed && Instant::now() < retry && !self.wake.wait_until(&mut p, retry).timed_out() {}
+                }
             } else {
                 std::thread::sleep(wait);
             }
@@ -310,16 +454,37 @@ impl Inner {
                 return Err(StoreError::Unavailable(format!("{} did not answer; trying again shortly", self.shown)));
             }
         }
-        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT).map_err(|e| self.failed(e))?;
-        con.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
-        con.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| self.failed(e))?;
+        let con = self.open_connection().map_err(|e| self.failed(e))?;
         *self.retry_at.lock() = None;
         Ok(con)
     }
 
+    fn open_connection(&self) -> redis::RedisResult<Connection> {
+        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+        con.set_read_timeout(Some(IO_TIMEOUT))?;
+        con.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(con)
+    }
+
+    /// Connects once as the store is opened: a server that turns this store away refuses it
+    /// (see the module documentation); one that cannot be reached is tried again later.
+    fn probe(&self) -> Result<()> {
+        match self.open_connection().and_then(|mut con| redis::cmd("PING").query::<()>(&mut con).map(|()| con)) {
+            Ok(con) => self.idle.lock().push(con),
+            Err(e) if turned_away(&e) => {
+                let why = scrub(&e.to_string(), &self.secrets);
+                return Err(Error::BadInput(format!("store {}: the server refused this client ({why}): check the password and the database number", self.shown)));
+            }
+            Err(e) => drop(self.failed(e)),
+        }
+        Ok(())
+    }
+
     fn failed(&self, e: RedisError) -> StoreError {
         let why = scrub(&e.to_string(), &self.secrets);
-        let unreachable = e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() || why.contains("LOADING");
+        // A server that turns this store away (its password changed since) is as good as
+        // unreachable: it is not asked again at every lease either.
+        let unreachable = e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() || turned_away(&e) || why.contains("LOADING");
         if unreachable {
             // Every pooled connection went to the same server: none is worth trying now.
             self.idle.lock().clear();
@@ -361,6 +526,12 @@ impl Packed {
     }
 }
 
+/// Whether the server refused the client itself: authentication (a wrong password, none where
+/// one is required, a user without the right) or the database number.
+fn turned_away(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM")) || e.to_string().contains("refused to switch database")
+}
+
 fn scrub(text: &str, secrets: &[String]) -> String {
     let mut s = text.to_owned();
     for secret in secrets.iter().filter(|x| !x.is_empty()) {
@@ -383,8 +554,12 @@ impl Store for RedisStore {
     }
 
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
-        let s = &*self.inner;
+        let s = &self.inner;
         s.own_process();
+        let ttl = ms(t.lease_ttl) as u64;
+        if ttl > s.max_ttl_ms.load(Ordering::Relaxed) {
+            s.max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
+        }
         let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
         let id = s.next_id();
         // Without a ceiling, one take in 64 reclaims the exit's expired leases.
@@ -400,7 +575,20 @@ impl Store for RedisStore {
         for c in t.candidates {
             cmd.arg(c);
         }
-        let reply = s.run(|con| s.eval_packed(con, &s.scripts.take, &cmd.0))?;
+        let reply = match s.try_run(|con| s.eval_packed(con, &s.scripts.take, &cmd.0)) {
+            Ok(reply) => reply,
+            Err((e, tried)) => {
+                let mut backs = backs;
+                if tried && matches!(e, StoreError::Unavailable(_)) {
+                    // No answer: the server may have granted the lease (or may yet, running the
+                    // command late). Its id goes back on whichever candidate holds it, if any.
+                    backs.extend(t.candidates.iter().map(|c| HandBack::new(c, id, None)));
+                    s.start_flusher();
+                }
+                s.requeue(backs, &e);
+                return Err(e);
+            }
+        };
         let redis::Value::Array(items) = reply else { return Err(bad("take")) };
         let word = |i: usize| match items.get(i) {
             Some(redis::Value::BulkString(b)) => Some(b.as_slice()),
@@ -426,22 +614,11 @@ impl Store for RedisStore {
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         let s = &self.inner;
-        let pid = s.own_process();
-        // One flusher per process: a forked child has its parent's store but not its threads.
-        let started = s.flusher.load(Ordering::Acquire);
-        if started != pid && s.flusher.compare_exchange(started, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            let me = Arc::clone(s);
-            let spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind());
-            s.no_flusher.store(spawned.is_err(), Ordering::Relaxed);
-        }
-        let (waiting, parked) = {
-            let mut p = s.pending.lock();
-            p.backs.push(HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) });
-            p.since.get_or_insert_with(Instant::now);
-            (p.backs.len(), p.parked)
-        };
-        if parked {
-            s.wake.notify_one();
+        s.own_process();
+        let waiting = s.queue(HandBack::new(exit, lease, outcome));
+        // While sends fail, the flusher retries with a pause; a caller would wait on each try.
+        if s.stuck.load(Ordering::Relaxed) {
+            return s.backlog();
         }
         if waiting >= MAX_PENDING || s.no_flusher.load(Ordering::Relaxed) {
             return s.flush();
@@ -449,9 +626,13 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    fn backlog(&self) -> StoreResult<()> {
+        self.inner.backlog()
+    }
+
     fn give_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<bool> {
         let s = &self.inner;
-        let one = [HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name) }];
+        let one = [HandBack::new(exit, lease, outcome)];
         Ok(s.with(|con| s.send_backs(con, &one))? == 1)
     }
 
