@@ -21,6 +21,7 @@ from ._errors import (
     WarmingUp,
 )
 from ._exits import load_exits
+from . import _fork  # noqa: F401  (a multiprocessing child's last releases reach the store)
 
 # Library etiquette: silent unless the application configures logging.
 _logging.getLogger("exitpool").addHandler(_logging.NullHandler())

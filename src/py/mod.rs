@@ -22,5 +22,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;
+    m.add_function(wrap_pyfunction!(flush_stores, m)?)?;
     Ok(())
+}
+
+/// Sends the releases every store of this process still holds, for `exitpool._fork`: a
+/// multiprocessing child ends by `os._exit`, which drops nothing.
+#[pyfunction]
+#[pyo3(name = "_flush_stores")]
+fn flush_stores(py: Python<'_>) {
+    py.detach(crate::store::flush_all)
 }

@@ -278,7 +278,9 @@ impl Inner {
             if p.backs.is_empty() {
                 return;
             }
-            p.failed = Some(why.to_string());
+            p.failed = Some(match why {
+                StoreError::Unavailable(w) | StoreError::Protocol(w) => w.clone(),
+            });
             self.stuck.store(true, Ordering::Relaxed);
             p.since.get_or_insert(now);
             p.parked
@@ -295,8 +297,20 @@ impl Inner {
         }
         let p = self.pending.lock();
         match (&p.failed, p.backs.len()) {
-            (Some(why), n) if n > 0 => Err(StoreError::Unavailable(format!("{why}; {n} released lease{} not yet handed back to the fleet", if n == 1 { "" } else { "s" }))),
+            (Some(why), n) if n > 0 => Err(StoreError::Unavailable(format!("{why}; {}", stuck_leases(n)))),
             _ => Ok(()),
+        }
+    }
+
+    /// A failure's message, saying how many released leases are stuck, if any: the reason to
+    /// expect `NoExitAvailable` elsewhere in the fleet meanwhile.
+    fn noting_backlog(&self, why: String) -> String {
+        if !self.stuck.load(Ordering::Relaxed) {
+            return why;
+        }
+        match self.pending.lock().backs.len() {
+            0 => why,
+            n => format!("{why}; {}", stuck_leases(n)),
         }
     }
 
@@ -451,7 +465,7 @@ impl Inner {
     fn connect(&self) -> StoreResult<Connection> {
         if let Some(at) = *self.retry_at.lock() {
             if Instant::now() < at {
-                return Err(StoreError::Unavailable(format!("{} did not answer; trying again shortly", self.shown)));
+                return Err(StoreError::Unavailable(self.noting_backlog(format!("{} did not answer; trying again shortly", self.shown))));
             }
         }
         let con = self.open_connection().map_err(|e| self.failed(e))?;
@@ -489,7 +503,7 @@ impl Inner {
             // Every pooled connection went to the same server: none is worth trying now.
             self.idle.lock().clear();
             *self.retry_at.lock() = Some(Instant::now() + RETRY_AFTER);
-            StoreError::Unavailable(format!("{}: {why}", self.shown))
+            StoreError::Unavailable(self.noting_backlog(format!("{}: {why}", self.shown)))
         } else {
             StoreError::Protocol(format!("{}: {why}", self.shown))
         }
@@ -524,6 +538,10 @@ impl Packed {
         };
         self.arg(&digits[..len])
     }
+}
+
+fn stuck_leases(n: usize) -> String {
+    format!("{n} released lease{} not yet handed back (their slots stay held fleet-wide until it answers)", if n == 1 { "" } else { "s" })
 }
 
 /// Whether the server refused the client itself: authentication (a wrong password, none where

@@ -1,0 +1,140 @@
+"""Fleet mode when the store misbehaves, against a real redis-server: a stall (CLIENT PAUSE),
+children that end with os._exit (multiprocessing), and a store that refuses the client.
+
+Each test starts its own server on a free loopback port (tests/redis_server.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import fleet_child
+import pytest
+from redis_server import RedisServer
+
+import exitpool
+from exitpool import Exit, Pool
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def one_exit() -> list:
+    return [Exit("e0", "http://127.0.0.1:9100")]
+
+
+def fleet_pool(url: str, namespace: str) -> Pool:
+    """A pool whose only slot, once held, stays held for a minute unless handed back."""
+    return Pool(one_exit(), store=url, namespace=namespace, max_leases=1, lease_ttl=60)
+
+
+# --- a stalled store --------------------------------------------------------------------------
+
+
+def test_a_release_during_a_redis_pause_frees_its_slot_when_the_pause_ends(redis):
+    a, b = fleet_pool(redis.url, "pause"), fleet_pool(redis.url, "pause")
+    events = []
+    a.on_event(lambda e: events.append((e["kind"], e["message"])))
+    held = a.acquire()
+    assert redis.cli("CLIENT", "PAUSE", "1500", "ALL").strip() == "OK"
+    resumes = time.monotonic() + 1.5
+    assert a.release(held) is True
+    # While the release cannot be sent, the pool does not claim the store is fine.
+    online = True
+    while online and time.monotonic() < resumes:
+        time.sleep(0.05)
+        online = a.snapshot()["store"]["online"]
+    assert online is False
+    time.sleep(max(0.0, resumes - time.monotonic()))
+    # Sent once the store answers: the slot is free long before lease_ttl (60 s).
+    b.release(b.acquire(timeout=10))
+    assert a.snapshot()["store"]["online"] is True
+    kinds = [k for k, _ in events]
+    assert "store_unavailable" in kinds and "store_rejoined" in kinds
+    assert kinds.index("store_unavailable") < kinds.index("store_rejoined")
+    # Each release counted once (b's snapshot sends b's own release first).
+    fleet = b.snapshot()["store"]["exits"]["e0"]
+    assert (fleet["active"], fleet["leases"], fleet["outcomes"]["success"]) == (0, 2, 2)
+
+
+# --- children that end with os._exit ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_child_that_builds_a_pool_hands_back_its_last_release(redis, method):
+    ctx = multiprocessing.get_context(method)
+    child = ctx.Process(target=fleet_child.lease_once, args=(redis.url, method))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    # The child's slot is free now, not when its lease expires in a minute.
+    fleet_pool(redis.url, method).acquire(timeout=2.0)
+
+
+def test_a_forked_child_using_its_parents_pool_hands_back_its_last_release(redis):
+    pool = fleet_pool(redis.url, "inherited")
+    pool.release(pool.acquire())  # connected before the fork
+    other = fleet_pool(redis.url, "inherited")
+    ctx = multiprocessing.get_context("fork")
+    for _ in range(3):
+        child = ctx.Process(target=fleet_child.lease_on, args=(pool,))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0
+        other.release(other.acquire(timeout=2.0))
+    fleet = other.snapshot()["store"]["exits"]["e0"]
+    assert (fleet["active"], fleet["leases"]) == (0, 7)
+
+
+# --- a store that refuses the client ----------------------------------------------------------
+
+
+def test_a_store_that_refuses_the_client_is_refused_when_the_pool_is_built(tmp_path):
+    server = RedisServer(tmp_path, password="s3cr3t-Pa55").start()
+    try:
+        base = f"127.0.0.1:{server.port}"
+        refused = {
+            "wrong password": f"redis://:wrong-Pa55@{base}/0",
+            "no password": f"redis://{base}/0",
+            "unknown user": f"redis://nobody:s3cr3t-Pa55@{base}/0",
+            "no such database": f"redis://:s3cr3t-Pa55@{base}/99",
+        }
+        for case, url in refused.items():
+            with pytest.raises(exitpool.InvalidInput, match="refused") as bad:
+                Pool(one_exit(), store=url, namespace="pw")
+            message = str(bad.value)
+            assert "s3cr3t-Pa55" not in message and "wrong-Pa55" not in message, (case, message)
+            assert str(server.port) in message, (case, message)
+        # The right URL is accepted, database 15 of 16 included.
+        for db in (0, 15):
+            pool = Pool(one_exit(), store=f"redis://:s3cr3t-Pa55@{base}/{db}", namespace="pw")
+            pool.release(pool.acquire())
+            assert pool.snapshot()["store"]["online"] is True
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_store_still_falls_back_to_local_state(tmp_path):
+    server = RedisServer(tmp_path).start()
+    url = server.url
+    server.stop()
+    pool = Pool(one_exit(), store=url, namespace="down")
+    pool.release(pool.acquire(timeout=0))
+    assert pool.snapshot()["store"]["online"] is False
+
+
+def test_a_password_changed_at_run_time_makes_the_pool_serve_locally_and_say_why(redis):
+    pool = Pool(one_exit(), store=redis.url, namespace="rt")
+    pool.release(pool.acquire())
+    assert redis.cli("CONFIG", "SET", "requirepass", "n3w-Pa55").strip() == "OK"
+    # Connections made before the change stay authenticated; drop them.
+    redis.cli("-a", "n3w-Pa55", "--no-auth-warning", "CLIENT", "KILL", "TYPE", "normal")
+    pool.release(pool.acquire(timeout=0))
+    assert pool.snapshot()["store"]["online"] is False
+    (message,) = [e["message"] for e in pool.events() if e["kind"] == "store_unavailable"]
+    assert "n3w-Pa55" not in message
