@@ -3,7 +3,7 @@
 import os
 from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position"]
+__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position", "_flush_stores"]
 
 __version__: str
 DEFAULT_REPLICAS: int
