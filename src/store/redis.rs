@@ -340,8 +340,7 @@ impl Inner {
 
     /// Starts this process's flusher if it has none: a forked child has its parent's store but
     /// not its threads.
-    fn start_flusher(self: &Arc<Self>) {
-        let pid = std::process::id();
+    fn start_flusher(self: &Arc<Self>, pid: u32) {
         let started = self.flusher.load(Ordering::Acquire);
         if started != pid && self.flusher.compare_exchange(started, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             let me = Arc::clone(self);
@@ -351,8 +350,8 @@ impl Inner {
     }
 
     /// Queues a hand-back for the next command or the flusher; returns how many wait.
-    fn queue(self: &Arc<Self>, hb: HandBack) -> usize {
-        self.start_flusher();
+    fn queue(self: &Arc<Self>, pid: u32, hb: HandBack) -> usize {
+        self.start_flusher(pid);
         let (waiting, parked) = {
             let mut p = self.pending.lock();
             p.backs.push(hb);
@@ -601,7 +600,7 @@ impl Store for RedisStore {
                     // No answer: the server may have granted the lease (or may yet, running the
                     // command late). Its id goes back on whichever candidate holds it, if any.
                     backs.extend(t.candidates.iter().map(|c| HandBack::new(c, id, None)));
-                    s.start_flusher();
+                    s.start_flusher(std::process::id());
                 }
                 s.requeue(backs, &e);
                 return Err(e);
@@ -632,8 +631,8 @@ impl Store for RedisStore {
 
     fn hand_back(&self, exit: &str, lease: u64, outcome: Option<Outcome>) -> StoreResult<()> {
         let s = &self.inner;
-        s.own_process();
-        let waiting = s.queue(HandBack::new(exit, lease, outcome));
+        let pid = s.own_process();
+        let waiting = s.queue(pid, HandBack::new(exit, lease, outcome));
         // While sends fail, the flusher retries with a pause; a caller would wait on each try.
         if s.stuck.load(Ordering::Relaxed) {
             return s.backlog();
