@@ -138,3 +138,54 @@ def test_a_password_changed_at_run_time_makes_the_pool_serve_locally_and_say_why
     assert pool.snapshot()["store"]["online"] is False
     (message,) = [e["message"] for e in pool.events() if e["kind"] == "store_unavailable"]
     assert "n3w-Pa55" not in message
+
+
+def test_forks_while_the_sender_thread_works_leave_no_child_stuck(redis):
+    # A fork copies only the forking thread: a store lock held at that moment by the store's
+    # sender thread (or by a thread waiting on Redis) would stay held forever in the child.
+    # exitpool holds every store lock across a fork, so each child can lease at once.
+    import os
+    import signal
+    import threading
+
+    pool = Pool([Exit(f"e{i}", f"http://127.0.0.1:{9100 + i}") for i in range(4)], store=redis.url, namespace="forks", lease_ttl=60)
+    stop = threading.Event()
+
+    def release_in_a_loop() -> None:
+        # Each release waits a moment for a command to ride with, so the sender thread sends.
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            with pool.lease():
+                pass
+            time.sleep(0.0005)
+
+    worker = threading.Thread(target=release_in_a_loop)
+    worker.start()
+    stuck = []
+    try:
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:  # the child: one lease, then out, whatever happens
+                code = 1
+                try:
+                    with pool.lease(timeout=5):
+                        code = 0
+                finally:
+                    os._exit(code)
+            deadline = time.monotonic() + 20
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    assert os.waitstatus_to_exitcode(status) == 0
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    stuck.append(pid)
+                    break
+                time.sleep(0.005)
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert stuck == []

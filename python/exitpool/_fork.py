@@ -11,14 +11,19 @@ finalizer is registered from one of those when exitpool was imported before the 
 (a pool built in the parent, a forkserver that preloaded it), and at import when exitpool is
 first imported inside a running child (a pool built there). A spawned child registers it too;
 its stores would be dropped at exit anyway, and a second send finds nothing waiting.
+
+Any fork (multiprocessing's or ``os.fork``) also holds every store's locks across the fork
+(``_before_fork``, ``_after_fork``): a lock held by the store's sender thread at that moment
+would otherwise stay held forever in the child, which has no such thread.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from multiprocessing import util
 
-from ._core import _flush_stores
+from ._core import _after_fork, _before_fork, _flush_stores
 
 
 def _flush_at_exit(_hook: object = None) -> None:
@@ -33,3 +38,4 @@ _hook = _Hook()
 util.register_after_fork(_hook, _flush_at_exit)
 if multiprocessing.parent_process() is not None:
     _flush_at_exit()
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)

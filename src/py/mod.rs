@@ -23,6 +23,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;
     m.add_function(wrap_pyfunction!(flush_stores, m)?)?;
+    m.add_function(wrap_pyfunction!(before_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(after_fork, m)?)?;
     Ok(())
 }
 
@@ -32,4 +34,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyo3(name = "_flush_stores")]
 fn flush_stores(py: Python<'_>) {
     py.detach(crate::store::flush_all)
+}
+
+/// For `os.register_at_fork`: see `store::before_fork`.
+#[pyfunction]
+#[pyo3(name = "_before_fork")]
+fn before_fork(py: Python<'_>) {
+    py.detach(crate::store::before_fork)
+}
+
+/// For `os.register_at_fork`: see `store::after_fork`.
+#[pyfunction]
+#[pyo3(name = "_after_fork")]
+fn after_fork() {
+    crate::store::after_fork()
 }

@@ -74,6 +74,43 @@ pub fn flush_all() {
     }
 }
 
+/// The stores whose locks the forking thread holds across a fork (see [`before_fork`]).
+static FORKING: Mutex<Vec<Arc<Inner>>> = Mutex::new(Vec::new());
+
+/// Takes every lock of every Redis store of this process before a fork, so that the child finds
+/// none of them held by a thread it does not have (the flusher, a thread waiting on the store):
+/// it would wait on that lock forever. [`after_fork`] lets go of them in the parent and the
+/// child. The order (the registry, then each store's `retry_at`, `idle`, `pending`) is the one
+/// in which the store's own code nests them.
+pub fn before_fork() {
+    std::mem::forget(LIVE.lock());
+    // SAFETY: the registry is locked by this thread (the guard forgotten just above).
+    let live: Vec<Arc<Inner>> = unsafe { &*LIVE.data_ptr() }.iter().filter_map(std::sync::Weak::upgrade).collect();
+    for s in &live {
+        std::mem::forget(s.retry_at.lock());
+        std::mem::forget(s.idle.lock());
+        std::mem::forget(s.pending.lock());
+    }
+    *FORKING.lock() = live;
+}
+
+/// Undoes [`before_fork`], in the parent and in the child.
+pub fn after_fork() {
+    let held = std::mem::take(&mut *FORKING.lock());
+    // SAFETY: `before_fork` took each of these locks on this thread and forgot its guard; the
+    // stores are kept alive by `held` until they are unlocked.
+    // parking_lot's mutexes carry no state in their guards: a new marker stands for the one
+    // forgotten.
+    unsafe {
+        for s in &held {
+            s.pending.force_unlock(Default::default());
+            s.idle.force_unlock(Default::default());
+            s.retry_at.force_unlock(Default::default());
+        }
+        LIVE.force_unlock(Default::default());
+    }
+}
+
 /// Every script starts with the shared clock and lease-ending functions.
 macro_rules! script {
     ($name:literal) => {
@@ -462,7 +499,8 @@ impl Inner {
     }
 
     fn connect(&self) -> StoreResult<Connection> {
-        if let Some(at) = *self.retry_at.lock() {
+        let retry_at = *self.retry_at.lock();
+        if let Some(at) = retry_at {
             if Instant::now() < at {
                 return Err(StoreError::Unavailable(self.noting_backlog(format!("{} did not answer; trying again shortly", self.shown))));
             }
