@@ -358,13 +358,14 @@ def test_async_leases_never_block_the_event_loop(redis):
 
         t = asyncio.create_task(ticker())
         await asyncio.sleep(0.05)
-        # The server stalls for 0.4 s (DEBUG SLEEP); a lease asked meanwhile must wait in a
-        # thread, not in the loop.
-        stall = asyncio.create_task(asyncio.to_thread(redis.cli, "DEBUG", "SLEEP", "0.4"))
-        await asyncio.sleep(0.05)
+        # The server stalls for 0.4 s (CLIENT PAUSE; DEBUG SLEEP is refused by Redis 7's
+        # defaults); a lease asked meanwhile must wait in a thread, not in the loop.
+        assert redis.cli("CLIENT", "PAUSE", "400", "ALL").strip() == "OK"
+        asked = time.monotonic()
         async with pool.lease("acct-1") as lease:
             assert lease.exit_id in ("e0", "e1")
-        await stall
+        # The lease did wait for the server: the loop had something to keep ticking through.
+        assert time.monotonic() - asked > 0.2
         stop.set()
         await t
         return max(gaps)
@@ -458,9 +459,9 @@ def test_sync_leases_release_the_gil_while_redis_is_slow(redis):
             pass
         done.set()
 
-    stall = threading.Thread(target=redis.cli, args=("DEBUG", "SLEEP", "0.4"))
-    stall.start()
-    time.sleep(0.05)
+    # CLIENT PAUSE, not DEBUG SLEEP, which Redis 7's defaults refuse.
+    assert redis.cli("CLIENT", "PAUSE", "400", "ALL").strip() == "OK"
+    asked = time.monotonic()
     worker_thread = threading.Thread(target=lease_while_stalled)
     worker_thread.start()
     deadline = time.monotonic() + 5
@@ -469,7 +470,8 @@ def test_sync_leases_release_the_gil_while_redis_is_slow(redis):
         ticks.append(time.monotonic())
         sum(range(1000))
     worker_thread.join(5)
-    stall.join(5)
     assert done.is_set()
+    # The lease did wait for the server.
+    assert ticks[-1] - asked > 0.2
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     assert len(ticks) > 100 and max(gaps) < 0.2, (len(ticks), max(gaps, default=None))
