@@ -933,11 +933,11 @@ fn status_of(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<i64> {
     s.extract::<i64>().map_err(|_| invalid_input(py, crate::outcome::status_refusal(&s.to_string())))
 }
 
-/// `latency=` and `retry_after=`: a number (range checked by `Report::new`); anything that is
-/// no number, or an int too large for a float, is bad input, named.
+/// `latency=` and `retry_after=`: a number, as Python's `float()` of it (range checked by
+/// `Report::new`); a bool, anything that is no number, or an int too large for a float is bad
+/// input, named (never `TypeError` or `OverflowError`).
 fn seconds_of(py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let number = !v.is_instance_of::<PyBool>() && (v.is_instance_of::<PyFloat>() || v.is_instance_of::<PyInt>());
-    let f = if number { v.extract::<f64>().ok() } else { None };
+    let f = if v.is_instance_of::<PyBool>() { None } else { v.extract::<f64>().ok() };
     f.ok_or_else(|| invalid_input(py, format!("{name} must be a number of seconds, got {}", shown_repr(v))))
 }
 
