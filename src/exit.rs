@@ -46,9 +46,17 @@ pub fn validate_id(id: &str) -> Result<String> {
     Ok(id.to_owned())
 }
 
+/// Capacity 0 is refused rather than read as "benched": an exit in service always takes at
+/// least one identity, and the ring gives 0 the points of 1, so a 0 would carry as much as a 1.
+/// Taking an exit out is `bench`, which says so in the snapshot and the events.
 pub fn validate_capacity(capacity: i64) -> Result<u32> {
-    if !(0..=MAX_CAPACITY as i64).contains(&capacity) {
-        return Err(Error::BadInput(format!("capacity {capacity} is outside 0..={MAX_CAPACITY}")));
+    if capacity == 0 {
+        return Err(Error::BadInput(format!(
+            "capacity 0 is outside 1..={MAX_CAPACITY}: an exit takes at least one identity; to take an exit out of service, use pool.bench(exit_id)"
+        )));
+    }
+    if !(1..=MAX_CAPACITY as i64).contains(&capacity) {
+        return Err(Error::BadInput(format!("capacity {capacity} is outside 1..={MAX_CAPACITY}")));
     }
     Ok(capacity as u32)
 }

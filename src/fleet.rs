@@ -319,7 +319,7 @@ impl Fleet {
             if sh.cool_until.len() <= hu {
                 sh.cool_until.resize(hu + 1, f64::NEG_INFINITY);
             }
-            sh.cool_until[hu] = now + report.retry_after.unwrap_or(self.cfg.rate_limit_cooldown);
+            sh.cool_until[hu] = now + self.cfg.cooling(report.retry_after);
         }
         let threshold = self.incident_threshold(in_service);
         let cap = self.ejection_cap(in_service);

@@ -107,6 +107,16 @@ pub struct HealthConfig {
     pub rate_limit_cooldown: f64,
 }
 
+impl HealthConfig {
+    /// How long a 429 cools an exit for its site: the site's Retry-After, else
+    /// `rate_limit_cooldown`, never above `max_ejection`. A site (or a parser) asking for a day
+    /// or a millennium gets the longest rest a quarantine gets; the exit is tried again then,
+    /// and a further 429 cools it again.
+    pub fn cooling(&self, retry_after: Option<f64>) -> f64 {
+        retry_after.unwrap_or(self.rate_limit_cooldown).min(self.max_ejection)
+    }
+}
+
 impl Default for HealthConfig {
     fn default() -> Self {
         HealthConfig {

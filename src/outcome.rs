@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 pub enum Outcome {
     Success = 0,
     Captcha = 1,
-    /// 403, 407, 451: the exit is refused by the site.
+    /// 403, 407, 451, 999: the exit is refused by the site ([`BLOCK_STATUSES`]).
     Block = 2,
     /// 429: the exit is going too fast for the site.
     RateLimited = 3,
@@ -18,9 +18,19 @@ pub enum Outcome {
     Timeout = 5,
     /// Connection or proxy failure: evidence about the tunnel.
     Connect = 6,
-    /// An exception that says nothing about the exit or the site.
+    /// An exception, or a status outside HTTP's 100..=599 (other than 999), that says
+    /// nothing about the exit or the site.
     Other = 7,
 }
+
+/// The statuses that mean "the site refuses this exit". 999 is no HTTP status, but a large
+/// social site answers scrapers with it: it is a refusal as plain as a 403. The one list;
+/// the Python side reads it as `exitpool._core.BLOCK_STATUSES`.
+pub const BLOCK_STATUSES: [u16; 4] = [403, 407, 451, 999];
+
+/// The largest status a report takes: any status a client can hand over fits in 16 bits
+/// (HTTP's status line has three digits).
+pub const MAX_STATUS: i64 = u16::MAX as i64;
 
 pub const OUTCOMES: [Outcome; 8] = [
     Outcome::Success,
@@ -85,12 +95,11 @@ pub struct Report {
 impl Report {
     pub const SUCCESS: Report = Report { outcome: Outcome::Success, status: None, latency: None, retry_after: None };
 
+    /// A status is what a site answered, never the caller's mistake: any status a client can
+    /// give (0..=65535) is recorded (see [`status_outcome`]); only a negative or larger number
+    /// is bad input.
     pub fn new(status: Option<i64>, latency: Option<f64>, captcha: bool, error: Option<ErrorKind>, retry_after: Option<f64>) -> Result<Report> {
-        let status = match status {
-            None => None,
-            Some(s) if (100..=599).contains(&s) => Some(s as u16),
-            Some(s) => return Err(Error::BadInput(format!("status {s} is outside 100..599"))),
-        };
+        let status = status.map(check_status).transpose()?;
         for (name, v) in [("latency", latency), ("retry_after", retry_after)] {
             if let Some(v) = v {
                 if !v.is_finite() || v < 0.0 {
@@ -103,12 +112,34 @@ impl Report {
             (Some(ErrorKind::Connect), _, _) => Outcome::Connect,
             (Some(ErrorKind::Other), _, _) => Outcome::Other,
             (None, true, _) => Outcome::Captcha,
-            (None, false, Some(403 | 407 | 451)) => Outcome::Block,
-            (None, false, Some(429)) => Outcome::RateLimited,
-            (None, false, Some(500..=599)) => Outcome::TargetError,
-            (None, false, _) => Outcome::Success,
+            (None, false, Some(s)) => status_outcome(s),
+            (None, false, None) => Outcome::Success,
         };
         Ok(Report { outcome, status, latency, retry_after })
+    }
+}
+
+/// A status as a report takes it; bad input only when no client could have given it.
+pub fn check_status(status: i64) -> Result<u16> {
+    u16::try_from(status).map_err(|_| Error::BadInput(status_refusal(&status.to_string())))
+}
+
+/// Why a number is no status (for a number too large to reach [`check_status`] too).
+pub fn status_refusal(status: &str) -> String {
+    format!("status {status} is not a response status (a whole number 0..={MAX_STATUS})")
+}
+
+/// The class of a response's status: [`BLOCK_STATUSES`] are blocks, 429 is rate limiting,
+/// 5xx speaks of the site, the rest of 100..=599 is success (a 404 is the page's, not the
+/// exit's). A status HTTP does not define (0, 1..=99, 600..) says nothing about the exit or the
+/// site: `Other`.
+pub fn status_outcome(status: u16) -> Outcome {
+    match status {
+        s if BLOCK_STATUSES.contains(&s) => Outcome::Block,
+        429 => Outcome::RateLimited,
+        500..=599 => Outcome::TargetError,
+        100..=499 => Outcome::Success,
+        _ => Outcome::Other,
     }
 }
 
@@ -133,9 +164,22 @@ mod tests {
     }
 
     #[test]
+    fn any_status_a_client_can_give_is_an_outcome() {
+        let class = |s: i64| Report::new(Some(s), None, false, None, None).unwrap().outcome;
+        assert_eq!(class(999), Outcome::Block);
+        for s in [0, 1, 99, 600, 998, 1000, 65535] {
+            assert_eq!(class(s), Outcome::Other, "{s}");
+        }
+        assert_eq!(class(100), Outcome::Success);
+        assert_eq!(class(599), Outcome::TargetError);
+        for s in [-1, 65536, i64::MAX, i64::MIN] {
+            let e = Report::new(Some(s), None, false, None, None).unwrap_err().to_string();
+            assert!(e.contains(&format!("status {s} ")), "{e}");
+        }
+    }
+
+    #[test]
     fn invalid_reports_are_refused() {
-        assert!(Report::new(Some(99), None, false, None, None).is_err());
-        assert!(Report::new(Some(600), None, false, None, None).is_err());
         assert!(Report::new(None, Some(f64::NAN), false, None, None).is_err());
         assert!(Report::new(None, Some(-0.1), false, None, None).is_err());
         assert!(Report::new(None, None, false, None, Some(f64::INFINITY)).is_err());

@@ -363,13 +363,35 @@ pub struct ExitView {
     pub weight: f64,
 }
 
+/// The name a state is shown by: "cooling" for an exit resting after a 429 (cooling ends by
+/// time, not by evidence, so it is no breaker state), else the breaker's state. An exit out of
+/// service shows that instead: it would not serve when its cooling ends either.
+pub const COOLING: &str = "cooling";
+
+fn shown_state(health: Health, cooling: bool) -> &'static str {
+    if cooling && !health.is_ejected() {
+        COOLING
+    } else {
+        health.name()
+    }
+}
+
 /// One cell of the exit x site matrix.
 #[derive(Debug, Clone)]
 pub struct Cell {
     pub state: Health,
+    /// Resting after a 429 for this site (see [`COOLING`]).
+    pub cooling: bool,
     pub tally: Tally,
     pub quarantines: u32,
     pub quarantined_seconds: f64,
+}
+
+impl Cell {
+    /// The cell's state as shown: its breaker state, or "cooling".
+    pub fn state_name(&self) -> &'static str {
+        shown_state(self.state, self.cooling)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -426,6 +448,7 @@ impl Pool {
         }
         let mut by_id = HashMap::with_capacity(exits.len());
         for (i, e) in exits.iter().enumerate() {
+            crate::exit::validate_capacity(e.capacity.into())?;
             if by_id.insert(e.id.clone(), i as u32).is_some() {
                 return Err(Error::DuplicateExit(e.id.clone()));
             }
@@ -614,7 +637,28 @@ impl Pool {
 
     /// Ends a lease with its outcome. `false` if it had already ended (expired, or released
     /// twice): such a release changes nothing.
+    #[inline]
     pub fn release(&self, id: LeaseId, report: &Report) -> bool {
+        self.end(id, Some(report))
+    }
+
+    /// Ends a lease that carries no evidence about its exit: an acquire whose caller was gone
+    /// by the time it was granted (a cancelled task), or a release whose report was bad input.
+    /// Its slot is freed (fleet-wide too) and its trial slots handed back, as on expiry; no
+    /// breaker and no outcome count hears of it.
+    pub fn release_unused(&self, id: LeaseId) -> bool {
+        self.end(id, None)
+    }
+
+    /// Whether a lease is live now: granted, not released, and not past its `lease_ttl` by
+    /// the pool's clock (an expired lease's slot may be someone else's already).
+    pub fn is_live(&self, id: LeaseId) -> bool {
+        let now = self.clock.now();
+        self.state.lock().leases.get(id).is_some_and(|rec| rec.expires > now)
+    }
+
+    #[inline]
+    fn end(&self, id: LeaseId, report: Option<&Report>) -> bool {
         let now = self.clock.now();
         let mut st = self.state.lock();
         // A lease whose time ran out has expired, whether or not anyone looked since.
@@ -625,7 +669,18 @@ impl Pool {
                 st.counts.ignored_releases += 1;
                 false
             }
+            // No report: no evidence. The slot and the trial slots go back, as on expiry.
+            Some(rec) if report.is_none() => {
+                st.exits[rec.exit as usize].active -= 1;
+                st.counts.released += 1;
+                st.fleet.abandon(rec.exit, rec.site, rec.trial);
+                if rec.remote != 0 {
+                    remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
+                }
+                true
+            }
             Some(rec) => {
+                let report = report.unwrap_or(&Report::SUCCESS);
                 let slot = &mut st.exits[rec.exit as usize];
                 slot.active -= 1;
                 slot.tally.record(report.outcome, report.latency);
@@ -657,7 +712,7 @@ impl Pool {
         }
         if let (Some(sh), Some((exit, id))) = (&self.shared, remote) {
             // The fleet's slot ends whatever the answer: a late one was reclaimed already.
-            let r = sh.store.hand_back(&exit.id, id, Some(report.outcome));
+            let r = sh.store.hand_back(&exit.id, id, report.map(|r| r.outcome));
             self.stuck(sh, r, now);
         }
         if let (Some(sh), true) = (&self.shared, verdicts) {
@@ -729,6 +784,7 @@ impl Pool {
     }
 
     pub fn add(&self, exit: Exit) -> Result<()> {
+        crate::exit::validate_capacity(exit.capacity.into())?;
         let mut st = self.state.lock();
         let h = match st.by_id.get(&exit.id).copied() {
             Some(h) if !st.exits[h as usize].removed => return Err(Error::DuplicateExit(exit.id)),
@@ -772,6 +828,7 @@ impl Pool {
 
     /// Changes one exit's weight; only its own arcs move.
     pub fn set_capacity(&self, exit_id: &str, capacity: u32) -> Result<()> {
+        let capacity = crate::exit::validate_capacity(capacity.into())?;
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         let in_service = !st.exits[h as usize].benched;
@@ -875,6 +932,22 @@ impl Pool {
             Some(s) => st.sites.get(s).copied(),
         };
         Ok(st.fleet.state(h, site))
+    }
+
+    /// [`Pool::state`] by name, with "cooling" where a 429 has the exit resting for that site
+    /// (or, without a site, for leases without one) while its breakers would still admit it:
+    /// a cooling exit takes no lease for the site until its cooling ends.
+    pub fn state_name(&self, exit_id: &str, site: Option<&str>) -> Result<&'static str> {
+        let health = self.state(exit_id, site)?;
+        let now = self.clock.now();
+        let st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let site = match site {
+            None => Some(0),
+            Some(s) => st.sites.get(s).copied(),
+        };
+        let cooling = site.is_some_and(|s| matches!(st.fleet.admits(h, s, now), Admit::Cooling(_)));
+        Ok(shown_state(health, cooling))
     }
 
     /// Puts an exit back in service everywhere (healthy), whatever its state.
@@ -1015,6 +1088,7 @@ impl Pool {
                         let b = st.fleet.site_breaker(h, site);
                         Some(Cell {
                             state: st.fleet.state(h, Some(site)),
+                            cooling: matches!(st.fleet.admits(h, site, now), Admit::Cooling(_)),
                             tally: tally.clone(),
                             quarantines: b.map_or(0, |b| b.quarantines),
                             quarantined_seconds: b.map_or(0.0, |b| b.total_quarantined(now)),

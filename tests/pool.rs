@@ -299,3 +299,61 @@ fn a_keyless_pick_passes_over_the_avoided_exits() {
         }
     }
 }
+
+#[test]
+fn an_unused_release_frees_the_slot_and_counts_no_outcome() {
+    let (p, _clock) = pool(1, Config { max_leases: Some(1), ..cfg() });
+    let g = p.try_acquire(0, None, Some("site")).unwrap();
+    assert!(p.release_unused(g.id));
+    assert!(!p.release_unused(g.id), "a second end is ignored");
+    let s = p.snapshot();
+    assert_eq!((s.live_leases, s.counts.released, s.counts.outcomes), (0, 1, [0; 8]));
+    let g = p.try_acquire(0, None, Some("site")).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+}
+
+#[test]
+fn a_lease_is_live_until_released_or_past_its_ttl() {
+    let (p, clock) = pool(1, Config { max_leases: Some(1), lease_ttl: 10.0, ..cfg() });
+    let g = p.try_acquire(0, None, None).unwrap();
+    assert!(p.is_live(g.id));
+    clock.advance(9.5).unwrap();
+    assert!(p.is_live(g.id));
+    clock.advance(0.5).unwrap();
+    assert!(!p.is_live(g.id), "expired by the pool's clock, swept or not");
+    let h = p.try_acquire(0, None, None).unwrap();
+    assert!(p.is_live(h.id) && !p.is_live(g.id));
+    p.release(h.id, &Report::SUCCESS);
+    assert!(!p.is_live(h.id));
+}
+
+#[test]
+fn a_429_cools_for_at_most_max_ejection_and_shows_as_cooling() {
+    let (p, clock) = pool(1, cfg());
+    let g = p.try_acquire(0, None, Some("s")).unwrap();
+    p.release(g.id, &Report::new(Some(429), None, false, None, Some(1e12)).unwrap());
+    assert_eq!(p.state_name("e0", Some("s")).unwrap(), "cooling");
+    assert_eq!(p.state_name("e0", Some("t")).unwrap(), "healthy");
+    match p.try_acquire(0, None, Some("s")) {
+        Err(Refusal::Cooling { wait, .. }) => assert_eq!(wait, 600.0),
+        other => panic!("{other:?}"),
+    }
+    clock.advance(600.0).unwrap();
+    assert_eq!(p.state_name("e0", Some("s")).unwrap(), "healthy");
+    let g = p.try_acquire(0, None, Some("s")).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+}
+
+#[test]
+fn capacity_zero_is_refused_wherever_it_enters() {
+    let clock = Arc::new(ManualClock::new(0.0));
+    let mut zero = exit("e0", 1, &[]);
+    zero.capacity = 0;
+    let refused = Pool::new(vec![zero.clone()], cfg(), clock.clone()).err().expect("capacity 0 must be refused");
+    assert!(refused.to_string().contains("pool.bench"), "{refused}");
+    let p = Pool::new(vec![exit("e1", 1, &[])], cfg(), clock).unwrap();
+    assert!(p.add(zero).unwrap_err().to_string().contains("capacity 0"));
+    assert!(p.set_capacity("e1", 0).unwrap_err().to_string().contains("pool.bench"));
+    assert_eq!(p.exit("e1").unwrap().capacity, 1);
+    assert!(Exit::new("x", "http://h:1", None, 0, vec![]).is_err());
+}

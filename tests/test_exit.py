@@ -61,8 +61,8 @@ def test_defaults_and_attributes():
     assert e.username is None and e.password is None
     # An IPv6 exit address and surrounding spaces are fine.
     assert Exit("x", "http://h:1", ip=" 2001:db8::1 ").ip == "2001:db8::1"
-    # Capacity 0 (a benched exit) and the largest capacity are accepted.
-    assert Exit("x", "http://h:1", capacity=0).capacity == 0
+    # Capacity 1 and the largest capacity are accepted (0 is refused: pool.bench takes an exit out).
+    assert Exit("x", "http://h:1", capacity=1).capacity == 1
     assert Exit("x", "http://h:1", capacity=10_000).capacity == 10_000
 
 
@@ -203,7 +203,7 @@ def test_repr_shows_every_non_default_field():
         "tags={'country': 'DE', 'kind': 'mobile'})"
     )
     assert str(e) == "sess-a1b2 via http://user:[secure]@gw.example:8000"
-    assert repr(Exit("出口-東京", "http://h:1", capacity=0)) == "Exit('出口-東京', 'http://h:1', capacity=0)"
+    assert repr(Exit("出口-東京", "http://h:1", capacity=2)) == "Exit('出口-東京', 'http://h:1', capacity=2)"
 
 
 # --- equality, hashing, pickling ---------------------------------------------------------------
@@ -252,7 +252,7 @@ def test_exit_is_not_equal_to_other_types():
 
 @pytest.mark.parametrize("protocol", range(2, pickle.HIGHEST_PROTOCOL + 1))
 def test_pickle_round_trip(protocol):
-    e = Exit("sess-ü", "socks5h://user:p@s/s:w#rd@gw.example:1080", ip="2001:db8::1", capacity=0, tags={"country": "DE"})
+    e = Exit("sess-ü", "socks5h://user:p@s/s:w#rd@gw.example:1080", ip="2001:db8::1", capacity=2, tags={"country": "DE"})
     back = pickle.loads(pickle.dumps(e, protocol))
     assert type(back) is Exit
     assert back == e
@@ -338,11 +338,11 @@ def test_copy_and_deepcopy():
         ),
         (
             dict(capacity=-1),
-            "capacity -1 is outside 0..=10000",
+            "capacity -1 is outside 1..=10000",
         ),
         (
             dict(capacity=10_001),
-            "capacity 10001 is outside 0..=10000",
+            "capacity 10001 is outside 1..=10000",
         ),
         (
             dict(capacity=10**30),
@@ -511,5 +511,5 @@ def test_arbitrary_text_never_panics(exit_id, proxy, ip, capacity):
     except InvalidInput:
         return
     assert e.exit_id == exit_id
-    assert 0 <= e.capacity <= 10_000
+    assert 1 <= e.capacity <= 10_000
     assert repr(e).startswith("Exit(")

@@ -132,8 +132,9 @@ def test_a_429_cools_only_that_exit_for_that_site_and_honours_retry_after(clock)
     pool = make_pool(2, clock=clock)
     clock.advance(100.0)
     hit(pool, "e0", SHOP, status=429, retry_after=12.0)
-    # A 429 is no verdict on the exit: its health is untouched.
-    assert pool.state("e0", SHOP) == "healthy"
+    # A 429 is no verdict on the exit: no breaker moves, but the state shows the rest.
+    assert pool.state("e0", SHOP) == "cooling"
+    assert pool.state("e0", NEWS) == pool.state("e0") == "healthy"
     assert changes(pool, "e0") == []
     # The other exit takes the site; the cooled exit still serves every other site.
     assert served(pool, SHOP, 6) == {"e1": 6}
@@ -151,6 +152,7 @@ def test_a_429_cools_only_that_exit_for_that_site_and_honours_retry_after(clock)
         view.acquire(site=SHOP, timeout=0)
     assert info.value.retry_after == 0.5
     clock.advance(0.5)
+    assert pool.state("e0", SHOP) == "healthy"
     lease = view.acquire(site=SHOP, timeout=0)
     assert lease.exit_id == "e0"
     pool.release(lease)

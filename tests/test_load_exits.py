@@ -33,8 +33,8 @@ SHAPES = [
         ("u@gw.example:9443", "https://u:p%40w@gw.example:9443", "p@w", 1, None, {}),
     ),
     (
-        "socks5h://gw.example:1081 capacity=0",
-        ("gw.example:1081", "socks5h://gw.example:1081", None, 0, None, {}),
+        "socks5h://gw.example:1081 capacity=2",
+        ("gw.example:1081", "socks5h://gw.example:1081", None, 2, None, {}),
     ),
     (
         "sess-a1b2 http://u:pw@gw.example:9000",
@@ -195,11 +195,11 @@ def test_an_explicit_id_wins():
 BAD_LINES = [
     (
         "gw.example:8000:user:hunter2 capacity=-1",
-        "capacity -1 is outside 0..=10000",
+        "capacity -1 is outside 1..=10000",
     ),
     (
         "gw.example:8000:user:hunter2 capacity=10001",
-        "capacity 10001 is outside 0..=10000",
+        "capacity 10001 is outside 1..=10000",
     ),
     (
         "gw.example:8000:user:hunter2 capacity=1.5",

@@ -80,9 +80,14 @@ OUTCOMES = (
     ({"status": 451}, "block"),
     ({"status": 429}, "rate_limited"),
     ({"status": 429, "retry_after": 4.0}, "rate_limited"),
+    ({"status": 429, "retry_after": 1e12}, "rate_limited"),  # cools for max_ejection at most
     ({"status": 500}, "target_error"),
     ({"status": 503, "latency": 1.0}, "target_error"),
     ({"status": 200, "captcha": True}, "captcha"),
+    ({"status": 999}, "block"),  # a social site's refusal
+    ({"status": 0}, "other"),  # statuses HTTP does not define say nothing about the exit
+    ({"status": 600}, "other"),
+    ({"status": 65535}, "other"),
     ({"error": "timeout"}, "timeout"),
     ({"error": TimeoutError}, "timeout"),
     ({"error": "connect"}, "connect"),
@@ -172,7 +177,7 @@ class PoolModel(RuleBasedStateMachine):
 
     @initialize(
         n=st.integers(2, 5),
-        capacities=st.lists(st.integers(0, 3), min_size=len(IDS), max_size=len(IDS)),
+        capacities=st.lists(st.integers(1, 3), min_size=len(IDS), max_size=len(IDS)),
         max_leases=st.integers(1, 3),
         strategy=st.sampled_from(["weighted", "round_robin", "least_conn", "p2c"]),
         seed=st.integers(0, 2**32 - 1),
@@ -187,6 +192,7 @@ class PoolModel(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.capacity = dict(zip(IDS, capacities))
         self.max_leases = max_leases
+        self.max_ejection = health.get("max_ejection", 600.0)
         self.strategy = strategy
         self.lease_ttl = lease_ttl
         self.session_ttl = session_ttl
@@ -239,10 +245,14 @@ class PoolModel(RuleBasedStateMachine):
         probing exit may answer either, depending on its trials, which the model leaves open."""
         state = self.pool.state(exit_id, site)
         served = "cooling" if self.cool.get((exit_id, site), -math.inf) > now else "yes"
-        if state in ("healthy", "degraded"):
-            return (served,)
         if state in OUT:
             return ("lost",)
+        # The state shows the cooling the model expects, and hides which breaker state is under it.
+        assert (state == "cooling") == (served == "cooling"), (exit_id, site, state, served)
+        if state in ("healthy", "degraded"):
+            return (served,)
+        if state == "cooling":
+            return ("no", served)
         assert state == "probing", state
         return ("no", served)
 
@@ -334,6 +344,8 @@ class PoolModel(RuleBasedStateMachine):
         """``pool.release`` (after ``lease.report`` when ``via_report``): True exactly for a
         live lease released for the first time."""
         now = self.tick()
+        # Live until released or past lease_ttl by the pool's clock (its slot may be reused).
+        assert rec.lease.active is (rec.state == "live"), (rec.state, rec.lease)
         kwargs, outcome_class = outcome
         kwargs = {k: v() if isinstance(v, type) else v for k, v in kwargs.items()}
         if via_report:
@@ -348,7 +360,7 @@ class PoolModel(RuleBasedStateMachine):
             self.counts["released"] += 1
             self.outcomes[outcome_class] += 1
             if outcome_class == "rate_limited":
-                self.cool[(rec.exit_id, rec.site)] = now + kwargs.get("retry_after", RATE_LIMIT_COOLDOWN)
+                self.cool[(rec.exit_id, rec.site)] = now + min(kwargs.get("retry_after", RATE_LIMIT_COOLDOWN), self.max_ejection)
         else:
             assert released is False, f"a {'double' if rec.handed_back else 'late'} release was accepted"
             self.counts["ignored"] += 1
@@ -414,7 +426,7 @@ class PoolModel(RuleBasedStateMachine):
         self.pool.unbench(exit_id)
         self.present[exit_id] = False
 
-    @rule(exit_id=st.sampled_from(IDS), capacity=st.integers(0, 3))
+    @rule(exit_id=st.sampled_from(IDS), capacity=st.integers(1, 3))
     def add(self, exit_id, capacity):
         exit = make_exit(exit_id, capacity)
         if exit_id in self.present:
@@ -437,7 +449,7 @@ class PoolModel(RuleBasedStateMachine):
         assert self.pool.remove(exit_id).exit_id == exit_id
         del self.present[exit_id]
 
-    @rule(exit_id=st.sampled_from(IDS), capacity=st.integers(0, 3))
+    @rule(exit_id=st.sampled_from(IDS), capacity=st.integers(1, 3))
     def set_capacity(self, exit_id, capacity):
         if exit_id not in self.present:
             self.expect_unknown(self.pool.set_capacity, exit_id, capacity)
@@ -475,7 +487,10 @@ class PoolModel(RuleBasedStateMachine):
             self.expect_unknown(self.pool.revive, exit_id)
             return
         self.pool.revive(exit_id)
-        assert [self.pool.state(exit_id, site) for site in SITES] == ["healthy"] * len(SITES)
+        now = self.clock.now()
+        # Healthy everywhere; a 429's rest is no breaker state, and revive leaves it to run out.
+        expected = ["cooling" if self.cool.get((exit_id, site), -math.inf) > now else "healthy" for site in SITES]
+        assert [self.pool.state(exit_id, site) for site in SITES] == expected
 
     def expect_unknown(self, method, *args):
         try:

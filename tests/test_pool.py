@@ -271,9 +271,9 @@ def test_the_last_report_wins(pool):
 @pytest.mark.parametrize(
     ("report", "message"),
     [
-        ({"status": 99}, "status 99 is outside 100..599"),
-        ({"status": 600}, "status 600 is outside 100..599"),
-        ({"status": -1}, "status -1 is outside 100..599"),
+        ({"status": 65536}, "status 65536 is not a response status (a whole number 0..=65535)"),
+        ({"status": 2**70}, f"status {2**70} is not a response status (a whole number 0..=65535)"),
+        ({"status": -1}, "status -1 is not a response status (a whole number 0..=65535)"),
         ({"latency": -1.0}, "latency -1 must be a finite number of seconds >= 0"),
         ({"latency": float("nan")}, "latency NaN must be a finite number of seconds >= 0"),
         ({"latency": float("inf")}, "latency inf must be a finite number of seconds >= 0"),
@@ -358,18 +358,16 @@ def test_a_second_release_returns_false_and_changes_nothing(pool):
     assert pool.snapshot()["counts"] == {**before["counts"], "ignored_releases": before["counts"]["ignored_releases"] + 1}
 
 
-def test_release_with_an_invalid_outcome_raises_and_keeps_the_lease(pool):
+def test_release_with_an_invalid_outcome_frees_the_slot_then_raises(pool):
     lease = pool.acquire("k")
     with pytest.raises(InvalidInput) as e:
-        pool.release(lease, status=600)
-    assert str(e.value) == "status 600 is outside 100..599"
-    with pytest.raises(InvalidInput):
-        pool.release(lease, latency=float("nan"))
-    assert lease.active
-    assert pool.snapshot()["live_leases"] == 1
-    assert counts(pool)["released"] == 0
-    assert pool.release(lease, status=200) is True
-    assert pool_outcomes(pool) == {"success": 1}
+        pool.release(lease, status=-1)
+    assert str(e.value) == "status -1 is not a response status (a whole number 0..=65535)"
+    assert not lease.active
+    assert pool.snapshot()["live_leases"] == 0
+    assert counts(pool)["released"] == 1
+    assert pool_outcomes(pool) == {}  # no health evidence from a report that was bad input
+    assert pool.release(lease, status=200) is False
 
 
 def test_assign_tells_where_a_key_lives_without_leasing(clock):

@@ -1,12 +1,26 @@
 """Type stubs and documentation for exitpool's native core."""
 
 import os
-from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position", "_flush_stores", "_before_fork", "_after_fork"]
+__all__ = ["__version__", "DEFAULT_REPLICAS", "BLOCK_STATUSES", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position", "_flush_stores", "_before_fork", "_after_fork"]
 
 __version__: str
 DEFAULT_REPLICAS: int
+#: The statuses reported as blocks (403, 407, 451, and 999, a large social site's refusal): the
+#: core's one list, which integrations classify with. How a status is recorded:
+#:
+#: ==================================  ================
+#: status                              outcome
+#: ==================================  ================
+#: 403, 407, 451, 999                  ``block``
+#: 429                                 ``rate_limited``
+#: 500-599                             ``target_error``
+#: 100-499 otherwise                   ``success``
+#: 0-99, 600-998, 1000-65535           ``other`` (no evidence about the exit or the site)
+#: negative, above 65535, not an int   :class:`InvalidInput`
+#: ==================================  ================
+BLOCK_STATUSES: FrozenSet[int]
 
 Strategy = Literal["round_robin", "weighted", "least_conn", "lru", "p2c"]
 
@@ -18,7 +32,8 @@ class Exit:
     never a volatile label). ``proxy`` is the URL to connect through (``http``, ``https``,
     ``socks5``, ``socks5h``); credentials may hold ``@ / : #`` raw or percent-encoded. ``ip`` is
     the public address the exit is believed to present; ``capacity`` is how many identities it
-    is safe for, and its weight on the ring. ``repr`` and ``str`` mask the password as httpx
+    is safe for, and its weight on the ring: 1 to 10000 (0 is refused; take an exit out with
+    :meth:`Pool.bench`). ``repr`` and ``str`` mask the password as httpx
     does (``http://user:[secure]@host:port``).
     """
 
@@ -134,19 +149,24 @@ class Lease:
     def exit_state(self) -> Optional[HealthState]:
         """The exit's health for this lease's site when it was chosen."""
     @property
-    def active(self) -> bool: ...
+    def active(self) -> bool:
+        """True from the grant until the release, or until ``lease_ttl`` has passed on the
+        pool's clock (an expired lease's slot may be someone else's)."""
     def report(
         self,
         *,
         status: Optional[int] = None,
         latency: Optional[float] = None,
-        captcha: bool = False,
+        captcha: Optional[bool] = None,
         error: Union[None, str, BaseException] = None,
         retry_after: Optional[float] = None,
     ) -> None:
         """Record the request's outcome; applied when the lease ends, winning over any
-        exception. ``error`` is an exception or ``"timeout"``, ``"connect"``, ``"proxy"``,
-        ``"other"``. Invalid values raise :class:`InvalidInput` and record nothing."""
+        exception. ``status`` is any status a client gives, 0 to 65535 (see
+        :data:`BLOCK_STATUSES` for the table). ``error`` is an exception or ``"timeout"``,
+        ``"connect"``, ``"proxy"``, ``"other"``. A ``retry_after`` (a 429's) cools the exit for
+        the site for at most the health setting ``max_ejection``. Invalid values raise
+        :class:`InvalidInput` naming the value and record nothing."""
     def __enter__(self) -> "Lease": ...
     def __exit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
     async def __aenter__(self) -> "Lease": ...
@@ -172,6 +192,8 @@ class Latency(TypedDict):
     count: int
 
 HealthState = Literal["healthy", "degraded", "probing", "quarantined", "dead"]
+#: A state for one site: a health state, or ``"cooling"`` while a 429 rests the exit there.
+SiteState = Literal["healthy", "degraded", "probing", "quarantined", "dead", "cooling"]
 
 class ExitSnapshot(TypedDict):
     exit_id: str
@@ -206,7 +228,8 @@ class SiteSnapshot(TypedDict):
 class Matrix(TypedDict):
     """The exit x site matrix: ``cells[i][j]`` is exit ``exits[i]`` on site ``sites[j]``, a list
     in ``columns`` order (state, reports, success_rate, captcha_rate, p50, p95, p99,
-    quarantines) or ``None`` where the exit has not served the site."""
+    quarantines) or ``None`` where the exit has not served the site. A cell's state is a
+    :data:`SiteState`: ``"cooling"`` while a 429 rests the exit for that site."""
 
     exits: List[str]
     sites: List[str]
@@ -377,11 +400,13 @@ class Pool:
         *,
         status: Optional[int] = None,
         latency: Optional[float] = None,
-        captcha: bool = False,
+        captcha: Optional[bool] = None,
         error: Union[None, str, BaseException] = None,
         retry_after: Optional[float] = None,
     ) -> bool:
-        """End a lease; False if it had already ended (expired or released twice)."""
+        """End a lease; False if it had already ended (expired or released twice). The slot is
+        always freed: report arguments that are bad input end the lease without health
+        evidence, then raise :class:`InvalidInput`."""
     def assign(self, key: str) -> Exit:
         """Where ``key`` lives now: its live session's exit, else its ring exit."""
     def bench(self, exit_id: str) -> List[str]:
@@ -399,8 +424,10 @@ class Pool:
     def exits(self) -> List[Exit]: ...
     def now(self) -> float: ...
     def snapshot(self) -> Snapshot: ...
-    def state(self, exit_id: str, site: Optional[str] = None) -> HealthState:
-        """The exit's health; with a site, the worse of its tunnel's and its state there."""
+    def state(self, exit_id: str, site: Optional[str] = None) -> SiteState:
+        """The exit's health; with a site, the worse of its tunnel's and its state there.
+        ``"cooling"`` while a 429 rests the exit for that site (without a site: for leases
+        without one), unless it is quarantined or dead."""
     def revive(self, exit_id: str) -> None:
         """Back in service (healthy) everywhere, whatever its state."""
     def events(self, since: Optional[int] = None) -> List[Dict[str, Any]]:

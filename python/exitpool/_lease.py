@@ -15,7 +15,21 @@ _POLL_CAP = 0.05
 
 async def _aenter(lease: Any, timeout: Optional[float]) -> Any:
     """Acquire for ``async with``: waits (asleep, never blocking the loop) while exits are full,
-    and also waits out ``WarmingUp`` and ``Cooling`` when their wait fits in the timeout."""
+    and also waits out ``WarmingUp`` and ``Cooling`` when their wait fits in the timeout.
+
+    A task cancelled while it waits gives the lease up: ``async with`` then never runs its
+    exit, so a slot granted meanwhile (an attempt on a worker thread runs on after the cancel)
+    would be held by nobody. ``_abandon`` hands it back unused, now or when that attempt ends.
+    """
+    try:
+        return await _acquire(lease, timeout)
+    except BaseException as e:
+        if not isinstance(e, Exception):  # cancelled, interrupted, closed: not a refusal
+            lease._abandon()
+        raise
+
+
+async def _acquire(lease: Any, timeout: Optional[float]) -> Any:
     deadline = None if timeout is None else time.monotonic() + timeout
     poll = _POLL_FIRST
     # With a shared store every try is a network round trip: it runs on a worker thread, so
@@ -43,5 +57,7 @@ async def _aenter(lease: Any, timeout: Optional[float]) -> Any:
 
 async def _aexit(lease: Any, exc_type: Any, exc: Any, tb: Any) -> bool:
     if lease._shared:
+        # The release is on its way to the worker thread before the first await: a task
+        # cancelled here gets CancelledError while the thread still finishes the release.
         return await asyncio.to_thread(lease.__exit__, exc_type, exc, tb)
     return lease.__exit__(exc_type, exc, tb)

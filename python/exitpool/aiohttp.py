@@ -206,7 +206,8 @@ def _error_status(exc: aiohttp.ClientResponseError) -> Optional[int]:
     status = exc.status
     if not status and exc.history:
         status = exc.history[-1].status
-    return status if isinstance(status, int) and 100 <= status <= 599 else None
+    # 0 is aiohttp's "no status"; any other is an outcome, 999 included (the core's table).
+    return status if isinstance(status, int) and status > 0 else None
 
 
 def _report_error(lease: Lease, exc: aiohttp.ClientResponseError, latency: float) -> None:

@@ -40,6 +40,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import Pool, load_exits
+from ._core import BLOCK_STATUSES
 from ._clients import _retry_after as _header_retry_after
 from ._clients import _scrub
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
@@ -64,7 +65,8 @@ _MOVED_FROM = "exitpool_moved_from"
 # The reason a spider is closed with when EXITPOOL_CLOSE_SPIDER is on and no exit can serve.
 CLOSE_REASON = "exitpool_no_exits"
 
-_BLOCK_STATUSES = frozenset({403, 407, 451})
+# The core's list (403, 407, 451 and 999): one definition of a block for every integration.
+_BLOCK_STATUSES = BLOCK_STATUSES
 _SCHEMES = ("http", "https")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -144,12 +146,13 @@ class BanPolicy:
     exception)`` methods, which win over the policy.
 
     A verdict is ``True`` (a ban: the exit is at fault, a keyless page moves to another exit),
-    ``False`` (not a ban: a 403, 407 or 451 then counts as a success for the exit) or ``None``
+    ``False`` (not a ban: a 403, 407, 451 or 999 then counts as a success for the exit) or ``None``
     (no opinion: the outcome is recorded from the status or error alone, and nothing moves).
     """
 
-    #: Statuses that mean the site refuses this exit (429: it is going too fast).
-    ban_statuses = frozenset({403, 407, 429, 451})
+    #: Statuses that mean the site refuses this exit (the core's blocks: 403, 407, 451, 999;
+    #: and 429: it is going too fast).
+    ban_statuses = BLOCK_STATUSES | {429}
     #: How much of a 2xx text body is searched for ``captcha``.
     captcha_scan = 16 * 1024
     _captcha = re.compile(rb"captcha", re.IGNORECASE)
@@ -322,7 +325,8 @@ class ExitPoolMiddleware:
                 return response
             verdict = self._judge("response_is_ban", request, response)
             request.meta[_BAN] = verdict
-            status: Optional[int] = response.status if 100 <= response.status <= 599 else None
+            # Any status is an outcome (the core's table: 999 a block, a non-HTTP one "other").
+            status: Optional[int] = response.status
             captcha = False
             if verdict:
                 captcha = status not in _BLOCK_STATUSES and status != 429
@@ -485,9 +489,8 @@ class ExitPoolMiddleware:
     def _release(self, lease: Any, **outcome: Any) -> None:
         try:
             self.pool.release(lease, **outcome)
-        except InvalidInput as e:  # an outcome out of range: end the lease without it
+        except InvalidInput as e:  # an outcome out of range: the lease ended without it
             logger.debug("exitpool: outcome not recorded for exit %s: %s", lease.exit_id, e)
-            self.pool.release(lease, error="other")
 
     def _auth_header(self, exit: Any) -> Optional[bytes]:
         if exit.exit_id not in self._auth:

@@ -13,6 +13,8 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DEFAULT_REPLICAS", crate::ring::DEFAULT_REPLICAS)?;
+    // The statuses that count as blocks: integrations classify with the core's own list.
+    m.add("BLOCK_STATUSES", pyo3::types::PyFrozenSet::new(m.py(), crate::outcome::BLOCK_STATUSES)?)?;
     m.add_class::<exit::PyExit>()?;
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;

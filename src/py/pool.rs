@@ -307,26 +307,35 @@ impl PyPool {
 
     /// Ends a lease, with an outcome if given (else the one reported, else success).
     /// Returns False if the lease had already ended (expired or released): nothing changes.
-    #[pyo3(signature = (lease, *, status=None, latency=None, captcha=false, error=None, retry_after=None))]
+    /// The slot is always freed: a report that is bad input frees it without health evidence,
+    /// then raises.
+    #[pyo3(signature = (lease, *, status=None, latency=None, captcha=None, error=None, retry_after=None))]
     #[allow(clippy::too_many_arguments)]
     fn release(
         &self,
         py: Python<'_>,
         lease: &Bound<'_, PyLease>,
         status: Option<&Bound<'_, PyAny>>,
-        latency: Option<f64>,
-        captcha: bool,
+        latency: Option<&Bound<'_, PyAny>>,
+        captcha: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
-        retry_after: Option<f64>,
+        retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let lease = lease.get();
-        if !Arc::ptr_eq(&lease.core, &self.core) {
-            return Err(invalid_input(py, "this lease belongs to another pool"));
+        let recorded = if !Arc::ptr_eq(&lease.core, &self.core) {
+            Err(invalid_input(py, "this lease belongs to another pool (it was freed, unreported)"))
+        } else if status.is_some() || latency.is_some() || captcha.is_some() || error.is_some() || retry_after.is_some() {
+            lease.record(py, status, latency, captcha, error, retry_after)
+        } else {
+            Ok(())
+        };
+        match recorded {
+            Ok(()) => Ok(lease.finish(py, Ending::Report(None))),
+            Err(e) => {
+                lease.finish(py, Ending::Unused);
+                Err(e)
+            }
         }
-        if status.is_some() || latency.is_some() || captcha || error.is_some() || retry_after.is_some() {
-            lease.record(py, status, latency, captcha, error, retry_after)?;
-        }
-        Ok(lease.finish(py, None))
     }
 
     /// Where `key` lives now (its live session's exit, else its ring exit), without leasing.
@@ -409,7 +418,7 @@ impl PyPool {
     /// site, the worse of its tunnel's state and its state for that site.
     #[pyo3(signature = (exit_id, site=None))]
     fn state(&self, py: Python<'_>, exit_id: &str, site: Option<&str>) -> PyResult<&'static str> {
-        py.detach(|| self.core.state(exit_id, site)).py_err(py).map(|s| s.name())
+        py.detach(|| self.core.state_name(exit_id, site)).py_err(py)
     }
 
     /// Puts an exit back in service (healthy) everywhere, whatever its state.
@@ -549,7 +558,7 @@ impl PyPool {
                     Some(c) => {
                         let rates = c.tally.recent_rates();
                         let cell = (
-                            c.state.name(),
+                            c.state_name(),
                             c.tally.reports(),
                             rates.map(|r| r.0),
                             rates.map(|r| r.1),
@@ -693,7 +702,20 @@ struct LeaseState {
     choice: &'static str,
     health: &'static str,
     report: Option<Report>,
+    /// Ended (released, expired, or given up before it was granted): a grant that arrives
+    /// after this is handed back unused.
     done: bool,
+    /// When the async acquire first found every slot full (the sync one keeps it on its stack).
+    waiting_since: Option<Instant>,
+}
+
+/// How a lease ends.
+#[derive(Clone, Copy)]
+enum Ending {
+    /// With the reported outcome, else this fallback, else success.
+    Report(Option<Report>),
+    /// With no evidence about the exit: its caller was gone, or its report was bad input.
+    Unused,
 }
 
 /// One lease of one exit. Made by `pool.lease(...)` (acquired on entering the block) or
@@ -771,12 +793,37 @@ impl PyLease {
         r.unwrap_or(Err(Refusal::NoExits))
     }
 
-    fn started(&self, grant: Grant) {
+    /// Takes a grant; `false` if the lease was given up meanwhile (a cancelled async acquire
+    /// whose attempt on a worker thread succeeded after the cancel), the slot then going back
+    /// unused. A grant that had to wait since `waiting_since` counts as a wait, on both paths.
+    fn granted(&self, py: Python<'_>, grant: Grant, waiting_since: Option<Instant>) -> bool {
         let mut st = self.state.lock();
+        if st.done {
+            drop(st);
+            self.core_release(py, grant.id, None);
+            return false;
+        }
+        if let Some(since) = waiting_since {
+            self.core.record_wait(since.elapsed().as_secs_f64());
+        }
         st.id = Some(grant.id);
         st.exit = Some(grant.exit);
         st.choice = grant.choice.name();
         st.health = grant.state.name();
+        true
+    }
+
+    /// The core's release, without the GIL when it may talk to a store.
+    fn core_release(&self, py: Python<'_>, id: LeaseId, report: Option<&Report>) -> bool {
+        let end = || match report {
+            Some(r) => self.core.release(id, r),
+            None => self.core.release_unused(id),
+        };
+        if self.core.is_shared() {
+            py.detach(end)
+        } else {
+            end()
+        }
     }
 
     fn check_fresh(&self, py: Python<'_>) -> PyResult<()> {
@@ -810,40 +857,39 @@ impl PyLease {
         self.dispatch.deliver(py, &self.core);
         match result {
             Ok(grant) => {
-                if let Some(started) = started {
-                    self.core.record_wait(started.elapsed().as_secs_f64());
-                }
-                self.started(grant);
+                self.granted(py, grant, started);
                 Ok(())
             }
             Err(r) => Err(refusal_to_py(py, r, &self.what, self.timeout)),
         }
     }
 
+    /// Checks a report's every argument; bad input raises `InvalidInput` naming the value
+    /// (never `TypeError` or `OverflowError`) and records nothing.
     fn record(
         &self,
         py: Python<'_>,
         status: Option<&Bound<'_, PyAny>>,
-        latency: Option<f64>,
-        captcha: bool,
+        latency: Option<&Bound<'_, PyAny>>,
+        captcha: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
-        retry_after: Option<f64>,
+        retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let status = match status {
-            Some(s) if !s.is_none() => Some(extract_capacity(py, s, "status")?),
-            _ => None,
+        let status = status.map(|s| status_of(py, s)).transpose()?;
+        let latency = latency.map(|v| seconds_of(py, "latency", v)).transpose()?;
+        let captcha = match captcha {
+            None => false,
+            Some(c) => c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| invalid_input(py, format!("captcha must be True or False, got {}", shown_repr(c))))?,
         };
-        let error = match error {
-            Some(e) if !e.is_none() => Some(error_kind(py, e)?),
-            _ => None,
-        };
+        let error = error.map(|e| error_kind(py, e)).transpose()?;
+        let retry_after = retry_after.map(|v| seconds_of(py, "retry_after", v)).transpose()?;
         let report = Report::new(status, latency, captcha, error, retry_after).py_err(py)?;
         self.state.lock().report = Some(report);
         Ok(())
     }
 
-    /// Releases once; later calls (and releases after expiry) change nothing.
-    fn finish(&self, py: Python<'_>, fallback: Option<Report>) -> bool {
+    /// Ends the lease once; later calls (and releases after expiry) change nothing.
+    fn finish(&self, py: Python<'_>, ending: Ending) -> bool {
         let (id, report) = {
             let mut st = self.state.lock();
             let Some(id) = st.id else {
@@ -856,9 +902,13 @@ impl PyLease {
                 return self.core.release(id, &Report::SUCCESS);
             }
             st.done = true;
-            (id, st.report.or(fallback).unwrap_or(Report::SUCCESS))
+            let report = match ending {
+                Ending::Report(fallback) => Some(st.report.or(fallback).unwrap_or(Report::SUCCESS)),
+                Ending::Unused => None,
+            };
+            (id, report)
         };
-        let released = if self.core.is_shared() { py.detach(|| self.core.release(id, &report)) } else { self.core.release(id, &report) };
+        let released = self.core_release(py, id, report.as_ref());
         self.dispatch.deliver(py, &self.core);
         released
     }
@@ -866,6 +916,29 @@ impl PyLease {
     fn exit_or_err(&self, py: Python<'_>) -> PyResult<Arc<Exit>> {
         self.state.lock().exit.clone().ok_or_else(|| invalid_input(py, "this lease has not been acquired yet: use it inside `with pool.lease(...)`"))
     }
+}
+
+/// A value as an error message may show it: its repr, masked (a proxy URL passed in the
+/// wrong place keeps its password).
+fn shown_repr(v: &Bound<'_, PyAny>) -> String {
+    v.repr().map(|r| crate::proxy::mask_raw(&r.to_string_lossy())).unwrap_or_else(|_| "?".into())
+}
+
+/// `status=`: any whole number a client could give (see `Report::new`); a float, a str or a
+/// number outside 64 bits is bad input, named.
+fn status_of(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if s.is_instance_of::<PyBool>() || !s.is_instance_of::<PyInt>() {
+        return Err(invalid_input(py, format!("status must be a whole number, got {}", shown_repr(s))));
+    }
+    s.extract::<i64>().map_err(|_| invalid_input(py, crate::outcome::status_refusal(&s.to_string())))
+}
+
+/// `latency=` and `retry_after=`: a number, as Python's `float()` of it (range checked by
+/// `Report::new`); a bool, anything that is no number, or an int too large for a float is bad
+/// input, named (never `TypeError` or `OverflowError`).
+fn seconds_of(py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let f = if v.is_instance_of::<PyBool>() { None } else { v.extract::<f64>().ok() };
+    f.ok_or_else(|| invalid_input(py, format!("{name} must be a number of seconds, got {}", shown_repr(v))))
 }
 
 fn classify(py: Python<'_>, exc: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
@@ -907,7 +980,7 @@ impl PyLease {
         } else {
             None
         };
-        self.finish(py, fallback);
+        self.finish(py, Ending::Report(fallback));
         false
     }
 
@@ -939,11 +1012,15 @@ impl PyLease {
         }
         match self.attempt(py, Duration::ZERO) {
             Ok(grant) => {
-                self.started(grant);
+                let since = self.state.lock().waiting_since;
+                let taken = self.granted(py, grant, since);
                 self.dispatch.deliver(py, &self.core);
-                Ok(true)
+                Ok(taken)
             }
-            Err(Refusal::Full) => Ok(false),
+            Err(Refusal::Full) => {
+                self.state.lock().waiting_since.get_or_insert_with(Instant::now);
+                Ok(false)
+            }
             Err(r) => {
                 self.dispatch.deliver(py, &self.core);
                 Err(refusal_to_py(py, r, &self.what, Some(0.0)))
@@ -956,21 +1033,28 @@ impl PyLease {
         self.core.is_shared()
     }
 
+    /// Gives the lease up: the async acquire calls this when its task is cancelled. A slot
+    /// already granted goes back unused, and so does one granted later by an attempt still
+    /// running on a worker thread.
+    fn _abandon(&self, py: Python<'_>) {
+        self.finish(py, Ending::Unused);
+    }
+
     fn _full_message(&self, timeout: Option<f64>) -> String {
         full_message(&self.what, timeout)
     }
 
     /// Records the outcome of the request made through this lease; it is applied when the
     /// lease ends and wins over any exception. An invalid report raises and records nothing.
-    #[pyo3(signature = (*, status=None, latency=None, captcha=false, error=None, retry_after=None))]
+    #[pyo3(signature = (*, status=None, latency=None, captcha=None, error=None, retry_after=None))]
     fn report(
         &self,
         py: Python<'_>,
         status: Option<&Bound<'_, PyAny>>,
-        latency: Option<f64>,
-        captcha: bool,
+        latency: Option<&Bound<'_, PyAny>>,
+        captcha: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
-        retry_after: Option<f64>,
+        retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         self.record(py, status, latency, captcha, error, retry_after)
     }
@@ -1026,11 +1110,12 @@ impl PyLease {
         st.id.map(|_| st.health)
     }
 
-    /// Whether the lease is live: acquired and not yet released (expiry is not seen here).
+    /// Whether the lease is live: acquired, not released, and not expired by the pool's clock
+    /// (past `lease_ttl` its slot may be someone else's).
     #[getter]
     fn active(&self) -> bool {
         let st = self.state.lock();
-        st.id.is_some() && !st.done
+        st.id.is_some_and(|id| !st.done && self.core.is_live(id))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -1039,12 +1124,11 @@ impl PyLease {
             Some(k) => k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default(),
             None => "None".into(),
         };
-        let state = if st.done {
-            "released"
-        } else if st.id.is_some() {
-            "active"
-        } else {
-            "not acquired"
+        let state = match st.id {
+            _ if st.done => "released",
+            Some(id) if self.core.is_live(id) => "active",
+            Some(_) => "expired",
+            None => "not acquired",
         };
         match &st.exit {
             Some(e) => format!("<Lease key={key} exit='{}' via {} ({state})>", e.id, e.proxy.masked()),
