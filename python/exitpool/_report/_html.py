@@ -1,0 +1,187 @@
+"""The HTML renderer: the report as one self-contained page (inline CSS, no script, no external
+asset) showing every exit and every site.
+
+Its own module because the page and its stylesheet are most of the report's lines and
+change for reasons of their own.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, List, Mapping
+
+from ._format import _NO_DATA, _STATE_COLOURS, _age, _bucket, _cell_mark, _heat_css, _hex, _ink, _int, _pct, _rgb, _secs
+from ._layout import _Layout
+from ._schema import _num
+from ._verdict import FAIL_BELOW
+
+_CSS = """
+*{box-sizing:border-box}
+body{margin:0;padding:18px 24px;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d1d1f;background:#f6f7f9}
+h1{font-size:20px;margin:0 8px 0 0;display:inline-block}
+h2{font-size:15px;margin:18px 0 6px}
+.meta{color:#666;display:inline-block}
+.incident{margin:10px 0;padding:8px 12px;border-radius:6px;background:#7a1010;color:#fff;font-weight:700;font-size:15px}
+.incident.none{background:#e3f1e5;color:#1b5e20;font-weight:600}
+.verdict{margin:10px 0;padding:10px 14px;border-radius:6px;border-left:6px solid #7a1010;background:#fff}
+.verdict.ok{border-left-color:#1b5e20}
+.verdict h2{margin:0 0 4px}
+.verdict ul{margin:2px 0;padding-left:20px}
+.verdict .name{font-weight:700;color:#7a1010}
+.verdict .note{color:#7a1010;font-weight:600}
+.figs{display:flex;flex-wrap:wrap;gap:8px;margin:10px 0}
+.fig{background:#fff;border:1px solid #dde1e6;border-radius:6px;padding:6px 10px;min-width:110px}
+.fig .k{font-size:11px;color:#666;text-transform:uppercase;letter-spacing:.03em}
+.fig .v{font-size:16px;font-weight:600}
+.states{display:flex;gap:10px;flex-wrap:wrap}
+.st{font-weight:600}
+.st.zero{color:#999;font-weight:400}
+.scroll{overflow:auto;max-width:100%}
+table{border-collapse:collapse}
+table.heat td.c{width:46px;min-width:46px;height:24px;text-align:center;font-size:12px;font-weight:600;border:1px solid #f6f7f9}
+table.heat td.c.nd{color:#888}
+table.heat th.site{vertical-align:bottom;font-weight:600;font-size:12px;padding:0 0 4px}
+table.heat th.site div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;margin:0 auto;max-height:160px;overflow:hidden;text-overflow:ellipsis}
+table.heat th.site.inc div,table.heat th.site.bad div{color:#7a1010}
+table.heat th.site .mark{display:block;color:#7a1010;font-size:14px;line-height:16px}
+table.heat th.exit{text-align:right;padding:0 8px 0 0;font-weight:600;font-size:12px;white-space:nowrap}
+table.heat th.exit.bad{color:#7a1010}
+table.heat .sum{font-size:12px;color:#666;padding:0 6px;white-space:nowrap}
+table.heat .sum.bad{color:#7a1010;font-weight:700}
+.legend{display:flex;gap:4px;align-items:center;margin:6px 0;font-size:12px;color:#444;flex-wrap:wrap}
+.legend span.sw{display:inline-block;width:40px;text-align:center;font-weight:600;padding:1px 0}
+table.exits{background:#fff;border:1px solid #dde1e6;font-size:13px}
+table.exits th{background:#eef0f3;text-align:left;padding:4px 8px;font-weight:600}
+table.exits td{padding:3px 8px;border-top:1px solid #eef0f3;white-space:nowrap}
+table.exits td.n{text-align:right;font-variant-numeric:tabular-nums}
+table.exits tr.bad td.id{color:#7a1010;font-weight:700}
+.proxy{color:#666;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+.foot{color:#888;font-size:12px;margin-top:14px}
+"""
+
+
+def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") -> str:
+    """The report as one self-contained HTML page: the figures, the verdict, the heatmap of
+    every exit and every site, and the exits table. Inline CSS, no script, no external asset."""
+    lay = _Layout(snapshot)
+    g = lay.grid
+    esc = html.escape
+    out: List[str] = []
+    w = out.append
+    t = _num(lay.snap.get("time"))
+    w("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
+    w('<meta name="viewport" content="width=device-width, initial-scale=1">')
+    w(f"<title>{esc(title)}</title><style>{_CSS}{_heat_css()}</style></head><body>\n")
+    meta = f"{len(lay.exits)} exits · {len(g.sites)} sites" + (f" · snapshot at t={t:.0f} s" if t is not None else "")
+    w(f'<header><h1>{esc(title)}</h1><span class="meta">{esc(meta)}</span></header>\n')
+
+    # Incidents, loudest.
+    if lay.incidents:
+        w(f'<div class="incident">⚠ {esc(lay.incident_line())}</div>\n')
+    else:
+        w('<div class="incident none">no open site incident</div>\n')
+    if lay.pool.get("global_incident") is True:
+        w('<div class="incident">⚠ global incident: tunnels failing everywhere, the fault is on our side</div>\n')
+
+    # The verdict.
+    v = lay.verdict
+    w(f'<section class="verdict{" ok" if v.ok else ""}"><h2>Verdict: bad exit or bad site?</h2>')
+    if v.ok:
+        w("<p>No bad exit, no bad site.</p>")
+    else:
+        for label, items in (("Bad exits", v.bad_exits), ("Bad sites", v.bad_sites)):
+            if not items:
+                w(f"<div>{label}: none</div>")
+                continue
+            w(f"<div>{label}:</div><ul>")
+            for finding in items:
+                w(f'<li><span class="name">{esc(finding.name)}</span> — {esc(finding.reason)}</li>')
+            w("</ul>")
+        for note in v.notes:
+            w(f'<div class="note">⚠ {esc(note)}</div>')
+    w("</section>\n")
+
+    # The figures.
+    w('<section class="figs">')
+    w('<div class="fig"><div class="k">states</div><div class="v states">')
+    for s, n in lay.states():
+        colour = _STATE_COLOURS[s] if n else "#999"
+        w(f'<span class="st{"" if n else " zero"}" style="color:{colour}">{n} {s}</span>')
+    w("</div></div>")
+    for k, val in lay.figures():
+        w(f'<div class="fig"><div class="k">{esc(k)}</div><div class="v">{esc(val)}</div></div>')
+    w("</section>\n")
+
+    # The heatmap: every exit, every site.
+    w("<h2>Success rate, exit × site — a red row is a bad exit, a red column a bad site</h2>")
+    w('<div class="legend">')
+    for x in (0.0, 0.25, 0.5, 0.75, 1.0):
+        c = _rgb(x)
+        w(f'<span class="sw" style="background:{_hex(c)};color:{_ink(c)}">{_pct(x)}</span>')
+    w(f'<span class="sw" style="background:{_hex(_NO_DATA)};color:#888">·</span> no data · '
+      "<b>Q</b> quarantined pair · <b>D</b> dead · ⚠ open site incident</div>")
+    if not g.sites:
+        w("<p>No per-site data yet: lease with <code>site=...</code> to fill the matrix.</p>")
+    else:
+        site_names = [esc(s) for s in g.sites]
+        w('<div class="scroll"><table class="heat"><thead><tr><th></th>')
+        for j in lay.site_cols:
+            s = g.sites[j]
+            cls = "site" + (" inc" if s in lay.incidents else "") + (" bad" if s in lay.bad_sites else "")
+            mark = '<span class="mark">⚠</span>' if s in lay.incidents else ""
+            w(f'<th class="{cls}" title="{esc(s)}"><div>{esc(s)}</div>{mark}</th>')
+        w('<th class="sum">fails on</th></tr></thead><tbody>')
+        for e in lay.exits:
+            x = e["exit_id"]
+            i = lay.row(x)
+            bad = x in lay.bad_exits
+            w(f'<tr><th class="exit{" bad" if bad else ""}">{esc(x)}</th>')
+            ex = esc(x)
+            for j in lay.site_cols:
+                rate = lay.rates[i][j] if i is not None else None
+                if i is None or rate is None:  # an exit missing from the matrix has no cells
+                    w('<td class="c nd">·</td>')
+                    continue
+                state = g.get(i, j, "state")
+                tip = f"{ex} × {site_names[j]}: {_pct(rate)} of {_int(g.get(i, j, 'reports'))}, {esc(str(state))}"
+                w(f'<td class="c p{_bucket(rate)}" title="{tip}">{_pct(rate).rstrip("%")}{_cell_mark(state)}</td>')
+            f, n = lay.row_fails(i)
+            w(f'<td class="sum{" bad" if bad else ""}">{f"{f}/{n} sites" if n else "–"}</td></tr>')
+        w('</tbody><tfoot><tr><th class="exit">fails on</th>')
+        for j in lay.site_cols:
+            f, n = lay.col_fails(j)
+            w(f'<td class="sum{" bad" if g.sites[j] in lay.bad_sites else ""}" style="text-align:center">{f}/{n}</td>')
+        w('<td class="sum">exits</td></tr></tfoot></table></div>\n')
+
+    # The exits table, all of them.
+    w("<h2>Exits by state, worst first</h2>")
+    w('<div class="scroll"><table class="exits"><thead><tr>')
+    for h in ("exit", "proxy", "state", "for", "success", "captcha", "p50", "p95", "p99", "active", "sessions", "leases", "quarantines", "quarantined", "weight", "capacity"):
+        w(f"<th>{h}</th>")
+    w("</tr></thead><tbody>")
+    for e in lay.exits:
+        state = str(e.get("state"))
+        rate = _num(e.get("success_rate"))
+        lat = e.get("latency") or {}
+        bad = e["exit_id"] in lay.bad_exits
+        c = _rgb(rate)
+        weight = _num(e.get("weight"))
+        w('<tr class="bad">' if bad else "<tr>")
+        w(f'<td class="id">{esc(e["exit_id"])}</td><td class="proxy">{esc(str(e.get("proxy", "")))}</td>')
+        w(f'<td style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">{esc(state)}{" (benched)" if e.get("benched") is True else ""}</td>')
+        w(f'<td class="n">{_age(e.get("time_in_state"))}</td>')
+        if rate is None:
+            w('<td class="n">–</td>')
+        else:
+            w(f'<td class="n" style="background:{_hex(c)};color:{_ink(c)};font-weight:600">{_pct(rate)}</td>')
+        w(f'<td class="n">{_pct(e.get("captcha_rate"))}</td>')
+        for q in ("p50", "p95", "p99"):
+            w(f'<td class="n">{_secs(lat.get(q))}</td>')
+        w(f'<td class="n">{_int(e.get("active_leases"))}</td><td class="n">{_int(e.get("sessions"))}</td>')
+        w(f'<td class="n">{_int(e.get("leases"))}</td><td class="n">{_int(e.get("quarantines"))}</td>')
+        w(f'<td class="n">{_age(e.get("quarantined_seconds"))}</td>')
+        w(f'<td class="n">{"–" if weight is None else f"{weight:.2f}"}</td><td class="n">{_int(e.get("capacity"))}</td></tr>')
+    w("</tbody></table></div>\n")
+    w('<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
+      f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n")
+    return "".join(out)
