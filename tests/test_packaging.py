@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -57,7 +58,13 @@ def wheel(sdist, tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
     # A dev build (the release profile's fat LTO takes minutes on 2 cores); its own target
     # directory inside the repository, so that a second run reuses the compile.
-    env = dict(os.environ, MATURIN_PEP517_ARGS="--profile dev", CARGO_TARGET_DIR=str(ROOT / "target" / "sdist-check"))
+    target = ROOT / "target" / "sdist-check"
+    # The sdist's files carry the fixed timestamp of a reproducible archive, older than any
+    # earlier build: cargo would take exitpool's own last build for fresh and package stale
+    # code. Its fingerprints go, so it is compiled again; the dependencies' stay reused.
+    for stale in target.glob("*/.fingerprint/exitpool-*"):
+        shutil.rmtree(stale)
+    env = dict(os.environ, MATURIN_PEP517_ARGS="--profile dev", CARGO_TARGET_DIR=str(target))
     env.pop("VIRTUAL_ENV", None)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(sdist)],
                        env=env, capture_output=True, text=True, timeout=1200)
