@@ -22,5 +22,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;
+    m.add_function(wrap_pyfunction!(ring::check_ring_size, m)?)?;
+    m.add("MAX_RING_POINTS", crate::ring::MAX_POINTS)?;
+    m.add("MAX_REPLICAS", crate::ring::MAX_REPLICAS)?;
     Ok(())
 }
