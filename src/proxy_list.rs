@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme};
+use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme, MASK};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -65,9 +65,20 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
         }
     }
     // How a message may quote token `i`: masked, or not at all past a possible password.
+    // The token where the password starts, when tokens follow it: a password may hold an `@`
+    // as well as a space, so this token's own "host" may be password too, and is left out.
+    let followed = secret_from < tokens.len();
+    fn masked(t: &str, password_token: bool) -> String {
+        let shown = mask_raw(t);
+        match shown.find(MASK) {
+            _ if !password_token => shown,
+            Some(i) => shown[..i + MASK.len()].to_owned(),
+            None => MASK.to_owned(),
+        }
+    }
     let quote = |i: usize, what: &str, value: &str| {
         if i < secret_from {
-            format!("{what} {}", crate::proxy::shown(value))
+            format!("{what} {:?}", masked(value, followed && i + 1 == secret_from))
         } else {
             format!("the {what} (not shown: {SPACE_IN_PASSWORD})")
         }
@@ -92,7 +103,7 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
             let shown: Vec<String> = positional
                 .iter()
                 .filter(|(i, _)| *i < secret_from)
-                .map(|(_, t)| mask_raw(t))
+                .map(|(i, t)| masked(t, followed && i + 1 == secret_from))
                 .collect();
             let hidden = positional.len() - shown.len();
             let more = if hidden > 0 {
@@ -253,6 +264,9 @@ mod tests {
             "gw.example:8000:user:abc capacity=99999999",
             "gw.example:8000:user:abc capacity=-99999999",
             "gw.example:8000:user:abc id=\u{1}defSECRET",
+            // Found by fuzzing: the first token reads as a URL whose host is password.
+            "http://user:abc@hostSECRET defSECRET@gw.example:8000",
+            "user:abc;@defSECRET@10.0.0.1:3420 9x=",
         ] {
             let e = parse(&[line]).unwrap_err().to_string();
             assert!(
