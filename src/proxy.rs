@@ -259,13 +259,6 @@ fn is_ip(raw: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
-/// `host[:port]` and a path free of `:`, `@` and whitespace: what follows a URL's last `@`
-/// when it holds no piece of a password.
-fn plain_host_and_path(raw: &str) -> bool {
-    let (host_port, path) = raw.split_once('/').unwrap_or((raw, ""));
-    is_host_port(host_port, false) && !path.contains(|c: char| c == ':' || c == '@' || c.is_whitespace())
-}
-
 /// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
 /// IPv6: `[::1]:8000:user:pass`). The password is everything after the third field's colon,
 /// so it may hold anything, `@` and `:` included; the port must be all digits.
@@ -330,9 +323,9 @@ pub fn mask_raw(raw: &str) -> String {
         // `host:port:user:pass` line whose host is a word and whose user holds an `@` puts the
         // password after the `@`): which part is the password is anyone's guess. Unless what
         // follows the `@` is a plain `host[:port]`, only the first field is shown.
-        // Even after a real scheme, a "host" that no host could be (`@ ss word`, a password
-        // with a space or an `@` in it) is hidden: a path after a plain host is shown.
-        let plain = if proxy_url { plain_host_and_path(tail) } else { is_host_port(tail.trim_end_matches('/'), false) };
+        // Even after a real scheme, a "host" with whitespace in it (`@ ss word`: a password
+        // with an `@` and a space in it) is hidden.
+        let plain = if proxy_url { !tail.contains(char::is_whitespace) } else { is_host_port(tail.trim_end_matches('/'), false) };
         if !plain {
             let first = rest.split([':', '@']).next().unwrap_or("");
             return format!("{prefix}{first}:{MASK}");
