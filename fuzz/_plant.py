@@ -14,6 +14,11 @@ import urllib.parse
 from typing import Optional
 
 PLANT = "Pl4ntedS3cret"
+# A password may be cut by what splits a line or a URL: whitespace (a token boundary), `:`,
+# `@`, `/`, `#` (a comment after whitespace). Never `=`, which would make a piece a field.
+SEPARATORS = [" ", "\t", "  ", ":", "@", "/", "#", ";", "%", " :", "@ "]
+# Every 4-character window of the password: a message must show none of them.
+FRAGMENT = 4
 SCHEMES = ["http", "https", "socks5", "socks5h", "HTTP", "ftp", "socks4", ""]
 HOSTS = ["gw.example", "10.0.0.1", "[::1]", "[2001:db8::7]", "xn--bcher-kva.example", "localhost", ""]
 SHAPES = ("url", "hostport_userpass", "userpass_at_hostport")
@@ -29,9 +34,52 @@ def fragment(fdp, limit: int, forbid: str = "") -> str:
     s = re.sub(r"\s", "", s)
     for c in forbid:
         s = s.replace(c, "")
-    while PLANT in s:
-        s = s.replace(PLANT, "")
+    # No piece of the password either, so that finding one in a message is always a leak.
+    changed = True
+    while changed:
+        changed = False
+        for w in windows(PLANT):
+            if w in s:
+                s, changed = s.replace(w, ""), True
     return s
+
+
+def windows(password: str) -> list:
+    """The password's runs of FRAGMENT characters that hold no whitespace (what a message could
+    quote of it: it splits at whitespace)."""
+    return sorted({password[i : i + FRAGMENT] for i in range(len(password) - FRAGMENT + 1)
+                   if not any(c.isspace() for c in password[i : i + FRAGMENT])})
+
+
+def spaced_password(fdp) -> str:
+    """PLANT cut by one to three separators, a space among them most of the time."""
+    password = PLANT
+    for _ in range(fdp.ConsumeIntInRange(1, 3)):
+        at = fdp.ConsumeIntInRange(1, len(password) - 1)
+        password = password[:at] + fdp.PickValueInList(SEPARATORS) + password[at:]
+    return password
+
+
+def spaced_proxy(fdp) -> str:
+    """A well-formed proxy in one of the shapes whose password holds a separator."""
+    shape = fdp.PickValueInList(list(SHAPES))
+    password = spaced_password(fdp)
+    user = fdp.PickValueInList(["user", "user-sess-1", "u", "ü"])
+    host = fdp.PickValueInList(HOSTS[:-1])
+    port = str(fdp.ConsumeIntInRange(1, 65535))
+    if shape == "url":
+        return f"{fdp.PickValueInList(SCHEMES[:4])}://{user}:{password}@{host}:{port}"
+    if shape == "hostport_userpass":
+        return f"{host}:{port}:{user}:{password}"
+    return f"{user}:{password}@{host}:{port}"
+
+
+def check_no_fragment(where: str, text: str) -> None:
+    """No run of FRAGMENT characters of the planted password in `text` (raw or decoded)."""
+    for shown in (text, urllib.parse.unquote(text)):
+        for w in windows(PLANT):
+            if w in shown:
+                raise CheckFailed(f"a piece {w!r} of the planted password appears in {where}: {text!r}")
 
 
 def planted_proxy(fdp, well_formed: Optional[bool] = None) -> str:

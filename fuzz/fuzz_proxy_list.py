@@ -3,7 +3,8 @@
 Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit rebuilds with `Exit()`
 from its id, URL and fields to the same exit; the planted password (see _plant.py) never
 appears in an error message, a repr, a str, a masked URL or an exit id, even where a line puts
-a proxy in the id column. Inputs are capped (`-max_len`), so a hang is a finding too
+a proxy in the id column; and where the password is cut by a space or another separator (a
+password with a space splits a line into tokens), no piece of it of 4 characters or more does. Inputs are capped (`-max_len`), so a hang is a finding too
 (`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options; the
 README's "Fuzzing" section has the commands.
 """
@@ -19,7 +20,8 @@ import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant"]):
     import exitpool
-    from _plant import HOSTS, PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
+    from _plant import (HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment,
+                        planted_proxy, spaced_proxy)
     from exitpool import Exit, InvalidInput, load_exits
 
 MAX_LINES = 8
@@ -104,6 +106,29 @@ def _exit(fdp) -> None:
     check_exit(e, planted)
 
 
+def _spaced(fdp) -> None:
+    """A line whose password is cut by a space or another separator (a `host:port:user:pass`
+    password may hold one): it is read whole or refused, and no message, repr or id shows a
+    piece of it."""
+    tokens = []
+    if fdp.ConsumeBool():
+        tokens.append(fragment(fdp, 10, forbid="=#:@"))  # an id column
+    proxy = spaced_proxy(fdp)
+    tokens.append(proxy)
+    for _ in range(fdp.ConsumeIntInRange(0, 2)):
+        tokens.append(_field(fdp))
+    line = fdp.PickValueInList([" ", "\t"]).join(t for t in tokens if t)
+    try:
+        # Exit() takes a URL whole: its userinfo ends at the last `@`, spaces and all.
+        exits = Exit("x", proxy) if "://" in proxy and fdp.ConsumeBool() else load_exits([line])
+    except InvalidInput as e:
+        check_no_fragment("an error message", str(e))
+        return
+    for e in exits if isinstance(exits, list) else [exits]:
+        for text in (repr(e), str(e), e.masked_proxy, e.exit_id, repr(e.tags)):
+            check_no_fragment("a rendering of a parsed exit", text)
+
+
 def TestOneInput(data: bytes) -> None:
     # The first byte picks the kind of input; text seeds (fuzz/seeds/proxy_list/) start with
     # a printable one and are read as they are.
@@ -115,6 +140,8 @@ def TestOneInput(data: bytes) -> None:
         _parse(lines, planted=True, via_file=fdp.ConsumeBool())
     elif kind == b"\x01":
         _exit(atheris.FuzzedDataProvider(rest))
+    elif kind == b"\x03":
+        _spaced(atheris.FuzzedDataProvider(rest))
     elif kind == b"\x02":  # raw bytes through a file, where the BOM and the encoding are read too
         with open(_FILE, "wb") as f:
             f.write(rest)

@@ -761,6 +761,7 @@ impl Pool {
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         if st.exits[h as usize].benched {
+            st.check_room(&st.exits[h as usize].exit)?;
             st.exits[h as usize].benched = false;
             st.join_views(h)?;
             let now = self.clock.now();
@@ -786,6 +787,9 @@ impl Pool {
     pub fn add(&self, exit: Exit) -> Result<()> {
         crate::exit::validate_capacity(exit.capacity.into())?;
         let mut st = self.state.lock();
+        if st.by_id.get(&exit.id).is_none_or(|&h| st.exits[h as usize].removed) {
+            st.check_room(&exit)?;
+        }
         let h = match st.by_id.get(&exit.id).copied() {
             Some(h) if !st.exits[h as usize].removed => return Err(Error::DuplicateExit(exit.id)),
             Some(h) => {
@@ -832,13 +836,12 @@ impl Pool {
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         let in_service = !st.exits[h as usize].benched;
+        let resized = Exit { capacity, ..(*st.exits[h as usize].exit).clone() };
         if in_service {
+            st.check_room(&resized)?;
             st.leave_views(h)?;
         }
-        let slot = &mut st.exits[h as usize];
-        let mut exit = (*slot.exit).clone();
-        exit.capacity = capacity;
-        slot.exit = Arc::new(exit);
+        st.exits[h as usize].exit = Arc::new(resized);
         if in_service {
             st.join_views(h)?;
         }
@@ -1021,11 +1024,10 @@ impl Pool {
             }
             let new = safe.min(CALIBRATED_MAX);
             if new != old {
+                let resized = Exit { capacity: new, ..(*slot.exit).clone() };
+                st.check_room(&resized)?;
                 st.leave_views(h)?;
-                let slot = &mut st.exits[h as usize];
-                let mut exit = (*slot.exit).clone();
-                exit.capacity = new;
-                slot.exit = Arc::new(exit);
+                st.exits[h as usize].exit = Arc::new(resized);
                 st.join_views(h)?;
                 st.fleet.events.push(now, EventKind::Recalibrated, Some(h), None, format!("capacity {old} -> {new}: {safe} of {served} identities served in 24 h without a block or captcha"));
                 changes.push(Recalibration { exit_id: id, old, new, served, safe });
@@ -1413,8 +1415,14 @@ impl State {
         Ok(id)
     }
 
+    /// Refuses, before any view changes, an exit whose points would overfill a view's ring.
+    fn check_room(&self, exit: &Exit) -> Result<()> {
+        self.views.iter().filter(|v| v.matches(exit)).try_for_each(|v| v.ring.check_room(&exit.id, exit.capacity))
+    }
+
     fn join_views(&mut self, h: u32) -> Result<()> {
         let exit = self.exits[h as usize].exit.clone();
+        self.check_room(&exit)?;
         for view in self.views.iter_mut().filter(|v| v.matches(&exit)) {
             if let Err(pos) = view.members.binary_search(&h) {
                 view.ring.add(&exit.id, exit.capacity, h)?;

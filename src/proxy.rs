@@ -227,7 +227,7 @@ fn is_host_port(raw: &str, port_required: bool) -> bool {
                 None => return false,
             },
         };
-        (v6.parse::<std::net::Ipv6Addr>().is_ok(), port)
+        (is_ip(v6), port)
     } else {
         let name = |h: &str| !h.is_empty() && h.chars().all(|c| c.is_alphanumeric() || matches!(c, '.' | '-' | '_'));
         match raw.rsplit_once(':') {
@@ -237,6 +237,26 @@ fn is_host_port(raw: &str, port_required: bool) -> bool {
     };
     let port_ok = port.map_or(!port_required, is_port);
     host_ok && port_ok
+}
+
+/// An IP address, an IPv6 one possibly with a zone (`fe80::1%eth0`, or `%25eth0` as URLs
+/// write it): text with no room for a password.
+fn is_ip(raw: &str) -> bool {
+    if raw.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let Some((addr, zone)) = raw.split_once('%') else {
+        return false;
+    };
+    let zone = zone
+        .strip_prefix("25")
+        .filter(|z| !z.is_empty())
+        .unwrap_or(zone);
+    addr.parse::<std::net::Ipv6Addr>().is_ok()
+        && !zone.is_empty()
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
 /// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
@@ -287,6 +307,11 @@ pub fn mask_raw(raw: &str) -> String {
         Some(i) => raw.split_at(i),
         None => ("", raw),
     };
+    // An IP address holds no password, even one that splits like `host:port:user:pass`
+    // (`0:0:0:1::`).
+    if prefix.is_empty() && is_ip(raw) {
+        return raw.to_owned();
+    }
     // `host:port:user:pass` first: its password may hold an `@` (or anything else).
     if let (true, Some((host, port, user, _))) = (prefix.is_empty(), host_port_user_pass(rest)) {
         return format!("{host}:{port}:{user}:{MASK}");
@@ -298,7 +323,10 @@ pub fn mask_raw(raw: &str) -> String {
         // `host:port:user:pass` line whose host is a word and whose user holds an `@` puts the
         // password after the `@`): which part is the password is anyone's guess. Unless what
         // follows the `@` is a plain `host[:port]`, only the first field is shown.
-        if !proxy_url && !is_host_port(tail.trim_end_matches('/'), false) {
+        // Even after a real scheme, a "host" with whitespace in it (`@ ss word`: a password
+        // with an `@` and a space in it) is hidden.
+        let plain = if proxy_url { !tail.contains(char::is_whitespace) } else { is_host_port(tail.trim_end_matches('/'), false) };
+        if !plain {
             let first = rest.split([':', '@']).next().unwrap_or("");
             return format!("{prefix}{first}:{MASK}");
         }
@@ -309,7 +337,7 @@ pub fn mask_raw(raw: &str) -> String {
     }
     if prefix.is_empty() {
         // An IP address, or a `host:port`, holds no password: shown whole (an IPv6 exit id).
-        if raw.parse::<std::net::IpAddr>().is_ok() || is_host_port(raw, true) {
+        if is_host_port(raw, true) {
             return raw.to_owned();
         }
         let parts: Vec<&str> = rest.splitn(4, ':').collect();
@@ -322,10 +350,12 @@ pub fn mask_raw(raw: &str) -> String {
                 return format!("{first}:{MASK}");
             }
         }
-    } else if let Some((user, tail)) = rest.split_once(':') {
-        // `scheme://user:pass` without a host: what follows the colon is no port, so hide it.
-        let port = tail.trim_end_matches('/');
-        if !port.bytes().all(|b| b.is_ascii_digit()) {
+    } else if let Some((user, _)) = rest.split_once(':') {
+        // `scheme://user:pass` without a host: unless the text is a plain `host:port` (an IPv6
+        // address has colons of its own) with a path free of `:` and `@`, hide what follows.
+        let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let no_password = !path.contains([':', '@']) && (is_host_port(hostport, false) || is_ip(hostport));
+        if !no_password {
             return format!("{prefix}{user}:{MASK}");
         }
     }
@@ -416,6 +446,43 @@ mod tests {
         assert_eq!(mask_raw("h:1:u:p://w"), "h:1:u:[secure]");
         for shown in ["2001:db8::1", "[2001:db8::1]:8000", "10.0.0.1:3128", "sess-a1b2", "gw.example:8000"] {
             assert_eq!(mask_raw(shown), shown);
+        }
+    }
+
+    #[test]
+    fn masking_leaves_what_holds_no_password() {
+        // Found in issue 13: an IPv6 zone id and an out-of-range port (with a path) were hidden.
+        for shown in [
+            "fe80::1%eth0",
+            "fe80::1%25eth0",
+            "[fe80::1%eth0]:8000",
+            "http://[fe80::1%25eth0]:8000",
+            "redis://127.0.0.1:99999/0",
+            "redis://127.0.0.1:6379/0",
+            "http://gw.example:99999",
+            "gw.example:99999",
+            "http://[::1]:8000/",
+            "socks5://10.0.0.1:1080/",
+            "0:0:0:1::",
+        ] {
+            assert_eq!(mask_raw(shown), shown);
+        }
+        // ...while whatever could still be a password stays hidden.
+        for (raw, secret) in [
+            ("http://user:hunter2", "hunter2"),
+            ("http://user:12/hunter2:x", "hunter2"),
+            ("http://user:hunter2/0", "hunter2"),
+            ("fe80::1%eth0:hunter2", "hunter2"),
+            ("redis://:hunter2@127.0.0.1:99999/0", "hunter2"),
+            // Found by fuzzing: a password with `@ ` in it, the rest taken for the host.
+            ("http://10.0.0.1:80:user:Pl@ 4nte dS3cret", "S3cret"),
+            ("http://u:Pl@ 4nte dS3cret@ x", "S3cret"),
+        ] {
+            assert!(
+                !mask_raw(raw).contains(secret),
+                "{raw} -> {}",
+                mask_raw(raw)
+            );
         }
     }
 }

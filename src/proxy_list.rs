@@ -11,7 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme};
+use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme, MASK};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -45,50 +45,140 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     if content.is_empty() {
         return Ok(None);
     }
-    let mut positional: Vec<&str> = Vec::new();
+    let tokens: Vec<&str> = content.split_whitespace().collect();
+    // A password may hold a space, which splits it into tokens: every token after the first
+    // one that may carry a password may be the rest of it, and no message shows it.
+    let secret_from = tokens
+        .iter()
+        .position(|t| may_carry_password(t))
+        .map_or(tokens.len(), |i| i + 1);
+    let mut positional: Vec<(usize, &str)> = Vec::new();
     let (mut id, mut ip, mut capacity) = (None, None, None);
     let mut tags = Vec::new();
-    for token in content.split_whitespace() {
+    for (i, &token) in tokens.iter().enumerate() {
         match field(token) {
-            Some(("id", v)) => id = Some(v),
-            Some(("ip", v)) => ip = Some(v),
-            Some(("capacity", v)) => capacity = Some(v),
+            Some(("id", v)) => id = Some((i, v)),
+            Some(("ip", v)) => ip = Some((i, v)),
+            Some(("capacity", v)) => capacity = Some((i, v)),
             Some((k, v)) => tags.push((k.to_owned(), v.to_owned())),
-            None => positional.push(token),
+            None => positional.push((i, token)),
         }
     }
+    // How a message may quote token `i`: masked, or not at all past a possible password.
+    // The token where the password starts, when tokens follow it: a password may hold an `@`
+    // as well as a space, so this token's own "host" may be password too, and is left out.
+    let followed = secret_from < tokens.len();
+    fn masked(t: &str, password_token: bool) -> String {
+        let shown = mask_raw(t);
+        match shown.find(MASK) {
+            _ if !password_token => shown,
+            Some(i) => shown[..i + MASK.len()].to_owned(),
+            None => MASK.to_owned(),
+        }
+    }
+    let quote = |i: usize, what: &str, value: &str| {
+        if i < secret_from {
+            format!("{what} {:?}", masked(value, followed && i + 1 == secret_from))
+        } else {
+            format!("the {what} (not shown: {SPACE_IN_PASSWORD})")
+        }
+    };
     let proxy_token = match positional.as_slice() {
-        [proxy] => *proxy,
-        [first, proxy] if id.is_none() => {
+        [(_, proxy)] => *proxy,
+        [(i, first), (_, proxy)] if id.is_none() => {
             // An id never carries a password: a first token that does is a second proxy, and
             // taking it as the id would show its password wherever ids are shown.
             // Masking is the wider net: it also hides what only looks like a password.
-            if scheme_end(first).is_some() || mask_raw(first) != *first || parse_proxy_token(first).is_ok_and(|p| p.password().is_some()) {
-                return Err(Error::BadProxy(format!("two proxies on one line: {:?} and {:?} (one exit a line)", mask_raw(first), mask_raw(proxy))));
+            if may_carry_password(first) {
+                return Err(Error::BadProxy(format!(
+                    "two proxies on one line, or a password with a space: {} and one more token (not shown: {SPACE_IN_PASSWORD}); \
+                     one exit a line, and a password with a space goes in a URL, percent-encoded (`http://user:pass%20word@host:port`)",
+                    quote(*i, "proxy", first)
+                )));
             }
-            id = Some(*first);
+            id = Some((*i, *first));
             *proxy
         }
         _ => {
-            let shown: Vec<String> = positional.iter().map(|t| mask_raw(t)).collect();
-            return Err(Error::BadProxy(format!("expected `[ID] PROXY [key=value ...]`, got {:?}", shown.join(" "))));
+            let shown: Vec<String> = positional
+                .iter()
+                .filter(|(i, _)| *i < secret_from)
+                .map(|(i, t)| masked(t, followed && i + 1 == secret_from))
+                .collect();
+            let hidden = positional.len() - shown.len();
+            let more = if hidden > 0 {
+                format!(" and {hidden} more (not shown: {SPACE_IN_PASSWORD})")
+            } else {
+                String::new()
+            };
+            return Err(Error::BadProxy(format!(
+                "expected `[ID] PROXY [key=value ...]`, got {:?}{more}; a password with a space goes in a URL, percent-encoded",
+                shown.join(" ")
+            )));
         }
     };
     let proxy = parse_proxy_token(proxy_token)?;
     let id = match id {
-        Some(id) => validate_id(id)?,
+        Some((i, id)) => validate_id(id).map_err(|e| {
+            if i < secret_from {
+                e
+            } else {
+                Error::BadInput(format!(
+                    "{} must be non-empty, without surrounding spaces or control characters",
+                    quote(i, "exit id", id)
+                ))
+            }
+        })?,
         // A user name can hold what an id may not (control characters).
         None => validate_id(&derived_id(&proxy))?,
     };
     let capacity = match capacity {
         None => 1,
-        Some(c) => validate_capacity(c.parse::<i64>().map_err(|_| Error::BadInput(format!("capacity {} is not a whole number", crate::proxy::shown(c))))?)?,
+        Some((i, c)) => c
+            .parse::<i64>()
+            .map_err(|_| {
+                Error::BadInput(format!("{} is not a whole number", quote(i, "capacity", c)))
+            })
+            // The core's message names the number: put the quote (which may hide it) in its place.
+            .and_then(|n| {
+                validate_capacity(n).map_err(|e| {
+                    if i < secret_from {
+                        e
+                    } else {
+                        Error::BadInput(e.to_string().replacen(
+                            &format!("capacity {n}"),
+                            &quote(i, "capacity", c),
+                            1,
+                        ))
+                    }
+                })
+            })?,
     };
     let ip = ip
-        .map(|s| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("ip {} is not an IP address", crate::proxy::shown(s)))))
+        .map(|(i, s)| {
+            s.parse::<IpAddr>()
+                .map_err(|_| Error::BadInput(format!("{} is not an IP address", quote(i, "ip", s))))
+        })
         .transpose()?;
     tags.sort();
-    Ok(Some(Exit { id, proxy, ip, capacity, tags }))
+    Ok(Some(Exit {
+        id,
+        proxy,
+        ip,
+        capacity,
+        tags,
+    }))
+}
+
+/// Why a message leaves a token out.
+const SPACE_IN_PASSWORD: &str = "it follows a password and may be part of it";
+
+/// Whether a token may hold (the start of) a password: a URL, text masking would change, or a
+/// proxy shape with one. Masking is the wider net: it also catches what only looks like one.
+fn may_carry_password(token: &str) -> bool {
+    scheme_end(token).is_some()
+        || mask_raw(token) != token
+        || parse_proxy_token(token).is_ok_and(|p| p.password().is_some())
 }
 
 /// A `key=value` token; the key must look like an identifier, which no proxy shape does
@@ -162,6 +252,41 @@ mod tests {
     }
 
     #[test]
+    fn no_message_shows_what_may_continue_a_password_with_a_space() {
+        for line in [
+            "gw.example:8000:user:abc defSECRET",
+            "gw.example:8000:user:abc defSECRET ghiSECRET",
+            "http://user:abc defSECRET@gw.example:8000",
+            "user:abc defSECRET:x@gw.example:8000",
+            "sess-1 gw.example:8000:user:abc defSECRET",
+            "gw.example:8000:user:abc capacity=defSECRET",
+            "gw.example:8000:user:abc ip=defSECRET",
+            "gw.example:8000:user:abc capacity=99999999",
+            "gw.example:8000:user:abc capacity=-99999999",
+            "gw.example:8000:user:abc id=\u{1}defSECRET",
+            // Found by fuzzing: the first token reads as a URL whose host is password.
+            "http://user:abc@hostSECRET defSECRET@gw.example:8000",
+            "user:abc;@defSECRET@10.0.0.1:3420 9x=",
+        ] {
+            let e = parse(&[line]).unwrap_err().to_string();
+            assert!(
+                !e.contains("SECRET") && !e.contains("abc") && !e.contains("9999"),
+                "{line}: {e}"
+            );
+        }
+        // Before any password, tokens are still quoted: the message says what is wrong.
+        let e = parse(&["capacity=lots gw.example:8000:user:pw"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"lots\""), "{e}");
+        // The form that carries a space unambiguously: a URL, percent-encoded.
+        let e = parse_line("http://user:abc%20defSECRET@gw.example:8000")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.proxy.password(), Some("abc defSECRET"));
+    }
+
+    #[test]
     fn every_shape_users_have() {
         let lines = [
             "# provider A",
@@ -205,9 +330,21 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_mask_the_password() {
-        let e = parse(&["gw:1", "gw:1:user:hunter2:x capacity=-1"]).unwrap_err().to_string();
-        assert!(e.starts_with("line 2:") && e.contains("capacity -1") && !e.contains("hunter2"), "{e}");
-        let e = parse(&["gw:1:u:hunter2", "gw:1:u:hunter3"]).unwrap_err().to_string();
+        let e = parse(&["gw:1", "capacity=-1 gw:1:user:hunter2:x"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("line 2:") && e.contains("capacity -1") && !e.contains("hunter2"),
+            "{e}"
+        );
+        // After a password, a field may be the rest of it (a password with a space): not shown.
+        let e = parse(&["gw:1", "gw:1:user:hunter2:x capacity=-1"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "line 2: the capacity (not shown: it follows a password and may be part of it) is outside 1..=10000");
+        let e = parse(&["gw:1:u:hunter2", "gw:1:u:hunter3"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lines 1 and 2") && !e.contains("hunter"), "{e}");
         let e = parse(&["ftp://u:hunter2@h:1"]).unwrap_err().to_string();
         assert!(e.starts_with("line 1:") && !e.contains("hunter2"), "{e}");

@@ -21,6 +21,15 @@ use std::collections::HashMap;
 pub const DEFAULT_SALT: &str = "vnode";
 /// Points per unit of capacity; the README gives the measured spread behind this choice.
 pub const DEFAULT_REPLICAS: u32 = 160;
+/// Beyond this many points per unit of capacity the spread no longer narrows measurably.
+pub const MAX_REPLICAS: u32 = 100_000;
+/// Points one ring may hold: 2^24, about 16.8 million. A point is 16 bytes and the bucket table
+/// adds 4 bytes a point, so a full ring takes about 320 MiB. It leaves room for 100,000 exits of
+/// capacity 1 at [`DEFAULT_REPLICAS`] (16 million points), while a ring that would need
+/// gigabytes is refused with a message instead of aborting the process when memory runs out.
+pub const MAX_POINTS: u64 = 1 << 24;
+/// What [`MAX_POINTS`] costs in memory, for messages and docs.
+pub const MAX_POINTS_MEMORY: &str = "about 320 MiB";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Point {
@@ -42,16 +51,19 @@ pub struct Ring {
 
 impl Ring {
     pub fn new(replicas: u32, salt: &str) -> Result<Ring> {
-        if replicas == 0 {
-            return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
-        }
+        check_replicas(replicas.into())?;
         Ok(Ring { salt: salt.to_owned(), replicas, points: Vec::new(), nodes: HashMap::new(), buckets: vec![0, 0], shift: 63 })
     }
 
-    /// Builds a ring in one pass: every point hashed once, one sort, one index.
+    /// Builds a ring in one pass: every point hashed once, one sort, one index. Refuses,
+    /// before hashing anything, a ring larger than [`MAX_POINTS`].
     pub fn build<'a>(replicas: u32, salt: &str, exits: impl IntoIterator<Item = (&'a str, u32, u32)>) -> Result<Ring> {
         let mut ring = Ring::new(replicas, salt)?;
-        let mut points = Vec::new();
+        let exits: Vec<(&str, u32, u32)> = exits.into_iter().collect();
+        let units = exits.iter().map(|&(_, capacity, _)| units_of(capacity)).sum();
+        check_size(replicas, exits.len(), units)?;
+        // Sized once: growing by doubling could reserve twice the limit on the way.
+        let mut points = Vec::with_capacity((units * u64::from(replicas)) as usize);
         for (id, capacity, owner) in exits {
             ring.insert_node(id, capacity, owner)?;
             ring.points_of(id, capacity, owner, &mut points);
@@ -92,6 +104,10 @@ impl Ring {
     /// Adds one exit's points by merging them into the sorted array: no other point is
     /// rehashed, and only keys in the new arcs change owner.
     pub fn add(&mut self, id: &str, capacity: u32, owner: u32) -> Result<()> {
+        if self.nodes.contains_key(id) {
+            return Err(Error::DuplicateExit(id.to_owned()));
+        }
+        self.check_room(id, capacity)?;
         self.insert_node(id, capacity, owner)?;
         let mut fresh = Vec::new();
         self.points_of(id, capacity, owner, &mut fresh);
@@ -111,6 +127,17 @@ impl Ring {
         self.points = merged;
         self.reindex();
         Ok(())
+    }
+
+    /// Whether exit `id` at `capacity` fits within [`MAX_POINTS`], in place of its own points
+    /// if it is on the ring: callers that change several rings ask every one before changing any.
+    pub fn check_room(&self, id: &str, capacity: u32) -> Result<()> {
+        let units = self.points.len() as u64 / u64::from(self.replicas);
+        let (exits, units) = match self.nodes.get(id) {
+            Some(&(_, old)) => (self.nodes.len(), units - units_of(old) + units_of(capacity)),
+            None => (self.nodes.len() + 1, units + units_of(capacity)),
+        };
+        check_size(self.replicas, exits, units)
     }
 
     /// Removes one exit's points; returns its owner handle.
@@ -213,7 +240,7 @@ impl Ring {
     /// side by side.
     fn points_of(&self, id: &str, capacity: u32, owner: u32, out: &mut Vec<Point>) {
         const BATCH: u64 = 256;
-        let count = capacity.max(1) as u64 * self.replicas as u64;
+        let count = units_of(capacity) * u64::from(self.replicas);
         out.reserve(count as usize);
         let stem = [self.salt.as_bytes(), b":", id.as_bytes(), b":"].concat();
         let mut names = Vec::with_capacity((stem.len() + 20) * BATCH.min(count) as usize);
@@ -252,6 +279,45 @@ impl Ring {
         }
         self.buckets.push(self.points.len() as u32);
     }
+}
+
+/// Units of weight an exit puts on the ring: its capacity, at least 1.
+fn units_of(capacity: u32) -> u64 {
+    u64::from(capacity.max(1))
+}
+
+/// Refuses a ring of exits of these capacities larger than [`MAX_POINTS`], building nothing.
+pub fn check_capacities(replicas: u32, capacities: &[u32]) -> Result<()> {
+    check_replicas(replicas.into())?;
+    check_size(
+        replicas,
+        capacities.len(),
+        capacities.iter().map(|&c| units_of(c)).sum(),
+    )
+}
+
+/// `replicas` in `1..=MAX_REPLICAS`; wide enough for any integer a caller can pass.
+pub fn check_replicas(replicas: i128) -> Result<u32> {
+    match u32::try_from(replicas) {
+        Ok(r) if (1..=MAX_REPLICAS).contains(&r) => Ok(r),
+        _ => Err(Error::BadInput(format!(
+            "replicas {replicas} is outside 1..={MAX_REPLICAS}"
+        ))),
+    }
+}
+
+/// A ring of `exits` exits whose capacities (each at least 1) sum to `units` holds
+/// `units * replicas` points: refused above [`MAX_POINTS`], naming every figure.
+fn check_size(replicas: u32, exits: usize, units: u64) -> Result<()> {
+    let points = units.saturating_mul(u64::from(replicas));
+    if points <= MAX_POINTS {
+        return Ok(());
+    }
+    let s = if exits == 1 { "" } else { "s" };
+    Err(Error::BadInput(format!(
+        "the ring would hold {points} points ({exits} exit{s}, capacity total {units}, times replicas {replicas}); \
+         the limit is {MAX_POINTS} points ({MAX_POINTS_MEMORY}): use fewer replicas or smaller capacities"
+    )))
 }
 
 /// Asks the CPU to start loading `item` into the cache, without waiting for it.
@@ -398,6 +464,82 @@ mod tests {
         check(&with_points(&[(edge - 1, 1), (edge, 2), (edge + 1, 3), (3 * edge, 4), (u64::MAX, 5), (u64::MAX, 6)]));
         check(&with_points(&(0..100).map(|i| (edge + i, i as u32)).collect::<Vec<_>>()));
         check(&with_points(&(0..100).map(|i| (i * (u64::MAX / 100), i as u32)).collect::<Vec<_>>()));
+    }
+
+    #[test]
+    fn the_ring_size_is_bounded_before_anything_is_built_or_changed() {
+        // 100,000 exits of capacity 1 at the default replicas fit (checked on the figures: the
+        // ring itself would take seconds to hash in a debug build).
+        assert!(check_capacities(DEFAULT_REPLICAS, &vec![1; 100_000]).is_ok());
+        assert!(check_capacities(DEFAULT_REPLICAS, &vec![0; 100_000]).is_ok());
+        // The issue's cases: 16 GB and 3.3 GB asked for; refused, naming every figure.
+        let e = Ring::build(100_000, DEFAULT_SALT, [("a", 10_000, 0)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1000000000 points (1 exit, capacity total 10000, times replicas 100000)")
+                && e.contains("16777216"),
+            "{e}"
+        );
+        let ids: Vec<String> = (0..200).map(|i| format!("e{i}")).collect();
+        let e = Ring::build(
+            DEFAULT_REPLICAS,
+            DEFAULT_SALT,
+            ids.iter().map(|id| (id.as_str(), 10_000, 0)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("320000000 points (200 exits, capacity total 2000000, times replicas 160)"),
+            "{e}"
+        );
+        // Right at the limit is accepted, one unit more refused: on the figures, since hashing
+        // 16.7 million points takes minutes in a debug build. `add` changes nothing when refused.
+        let per_exit = (MAX_POINTS / u64::from(MAX_REPLICAS)) as u32; // 167 units of 100,000 points
+        let empty = Ring::new(MAX_REPLICAS, DEFAULT_SALT).unwrap();
+        assert!(
+            empty.check_room("a", per_exit).is_ok() && empty.check_room("a", per_exit + 1).is_err()
+        );
+        let mut ring = Ring::build(MAX_REPLICAS, DEFAULT_SALT, [("a", 1, 0)]).unwrap();
+        let before = ring.points.clone();
+        let e = ring.add("b", per_exit, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("16800000 points (2 exits, capacity total 168, times replicas 100000)"),
+            "{e}"
+        );
+        assert_eq!(
+            (ring.points == before, ring.len(), ring.contains("b")),
+            (true, 1, false)
+        );
+        assert!(
+            ring.check_room("a", per_exit).is_ok() && ring.check_room("a", per_exit + 1).is_err()
+        );
+        assert!(ring.check_room("b", per_exit - 1).is_ok());
+        // A duplicate is named as one even when it would not fit either.
+        assert_eq!(
+            ring.add("a", 10_000, 1),
+            Err(Error::DuplicateExit("a".into()))
+        );
+        ring.add("b", 2, 1).unwrap();
+        assert_eq!(ring.point_count(), 300_000);
+    }
+
+    #[test]
+    fn replicas_have_a_range() {
+        for bad in [
+            0,
+            i128::from(MAX_REPLICAS) + 1,
+            -1,
+            i128::from(u64::MAX) + 5,
+        ] {
+            let e = check_replicas(bad).unwrap_err().to_string();
+            assert_eq!(e, format!("replicas {bad} is outside 1..=100000"));
+        }
+        assert!(
+            Ring::new(0, DEFAULT_SALT).is_err()
+                && Ring::new(MAX_REPLICAS + 1, DEFAULT_SALT).is_err()
+        );
+        assert_eq!(check_replicas(MAX_REPLICAS.into()), Ok(MAX_REPLICAS));
     }
 
     #[test]

@@ -243,3 +243,43 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Sizes (issue 13): whatever the capacities and replicas, a ring is built exactly when its
+    /// points (each exit's capacity, at least 1, times replicas) fit within `MAX_POINTS`;
+    /// otherwise the refusal names the figures, and a refused `add` changes nothing. Rings
+    /// that fit are only built when small: hashing millions of points is slow in a debug build.
+    #[test]
+    fn a_ring_is_built_exactly_when_it_fits(
+        capacities in prop::collection::vec(prop_oneof![0u32..=6, 0u32..=10_000], 1..40),
+        replicas in prop_oneof![1u32..=200, 1u32..=exitpool::ring::MAX_REPLICAS],
+        extra in 0u32..=10_000,
+    ) {
+        use exitpool::ring::{check_capacities, MAX_POINTS};
+        let units: u64 = capacities.iter().map(|&c| u64::from(c.max(1))).sum();
+        let points = units * u64::from(replicas);
+        let fits = points <= MAX_POINTS;
+        prop_assert_eq!(check_capacities(replicas, &capacities).is_ok(), fits);
+        let ids: Vec<String> = (0..capacities.len()).map(|i| format!("e{i}")).collect();
+        let exits = || ids.iter().zip(&capacities).enumerate().map(|(i, (id, &c))| (id.as_str(), c, i as u32));
+        if !fits {
+            let e = Ring::build(replicas, DEFAULT_SALT, exits()).unwrap_err().to_string();
+            let figures = format!("{points} points ({} exit", capacities.len());
+            prop_assert!(e.contains(&figures) && e.contains(&format!("capacity total {units}, times replicas {replicas}")), "{}", e);
+        } else if points <= 200_000 {
+            let mut ring = Ring::build(replicas, DEFAULT_SALT, exits()).unwrap();
+            prop_assert_eq!(ring.point_count() as u64, points);
+            let grown = points + u64::from(extra.max(1)) * u64::from(replicas);
+            let before = ring.point_count();
+            if grown > 400_000 && grown <= MAX_POINTS {
+                return Ok(()); // it fits, and would take long to hash here
+            }
+            match ring.add("new", extra, 99) {
+                Ok(()) => prop_assert!(grown <= MAX_POINTS),
+                Err(_) => prop_assert!(grown > MAX_POINTS && ring.point_count() == before && !ring.contains("new")),
+            }
+        }
+    }
+}

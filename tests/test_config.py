@@ -727,3 +727,28 @@ def test_a_key_a_table_header_defines_implicitly_is_named_at_the_header(tmp_path
     path = write(tmp_path, 'exits_file = "proxies.txt"\n\n[exit.tags]\na = "b"\n')
     with pytest.raises(InvalidInput, match=rf"^{re.escape(str(path))}:3: exit: must be \[\[exit\]\] tables"):
         Pool.from_config(path)
+
+
+# --- sizes and integers: the error names the right key (issue 13) ---
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "message"),
+    [
+        ("replicas = 18446744073709551616", "replicas", 2, "18446744073709551616 is outside 1..=100000"),
+        ("replicas = 1000000", "replicas", 2, "1000000 is outside 1..=100000"),
+        ("max_leases = 18446744073709551616", "max_leases", 2, "18446744073709551616 is outside 1..=4294967295"),
+        ("max_leases = 4294967296", "max_leases", 2, "4294967296 is outside 1..=4294967295"),
+        ("[health]\nwindow = 18446744073709551616", "health.window", 3, "18446744073709551616 is outside 0..=4294967295"),
+        # The ring these exits (capacities 1 and 2) would need at 100,000 replicas fits; at a
+        # capacity of 10,000 it would not: the blame goes to replicas, with every figure.
+        ("replicas = 100000\n[[exit]]\nproxy = \"http://gw.example:1\"\ncapacity = 10000", "replicas", 2,
+         "the ring would hold 1000300000 points (3 exits, capacity total 10003, times replicas 100000)"),
+    ],
+)
+def test_sizes_and_integers_are_blamed_on_their_key(tmp_path, text, key, line, message):
+    path = config(tmp_path, text + "\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert str(e.value).startswith(f"{path}:{line}: {key}: {message}"), str(e.value)
+    assert PASSWORD not in str(e.value)

@@ -346,7 +346,7 @@ def test_copy_and_deepcopy():
         ),
         (
             dict(capacity=10**30),
-            "capacity 1000000000000000000000000000000 is outside 0..=10000",
+            "capacity 1000000000000000000000000000000 is outside 1..=10000",
         ),
         (
             dict(capacity=1.0),
@@ -513,3 +513,127 @@ def test_arbitrary_text_never_panics(exit_id, proxy, ip, capacity):
     assert e.exit_id == exit_id
     assert 1 <= e.capacity <= 10_000
     assert repr(e).startswith("Exit(")
+
+
+# --- every str and every integer argument of the public API (issue 13, points 12 and 13) ---------
+
+from exitpool import ManualClock, Pool, Ring, load_exits  # noqa: E402
+
+URL = f"http://user:{SECRET}@gw.example:8000"
+
+
+def _pool(**kw):
+    return Pool([Exit("a", URL, tags={"t": "x"}), Exit("b", URL)], clock=ManualClock(), **kw)
+
+
+# Every entry point that takes a str, with the name its message must give. `s` is the bad text.
+TEXT_ARGUMENTS = {
+    "Exit exit_id": (lambda s: Exit(s, URL), "exit_id"),
+    "Exit proxy": (lambda s: Exit("a", s), "proxy"),
+    "Exit ip": (lambda s: Exit("a", URL, ip=s), "ip"),
+    "Exit tag name": (lambda s: Exit("a", URL, tags={s: "x"}), "a tag name"),
+    "Exit tag value": (lambda s: Exit("a", URL, tags={"t": s}), "a tag value"),
+    "load_exits line": (lambda s: load_exits(["gw.example:1", s]), "line 2"),
+    "load_exits path": (lambda s: load_exits("/nonexistent/\ud800" + s), "path"),
+    "Ring salt": (lambda s: Ring([], salt=s), "salt"),
+    "Ring.assign": (lambda s: Ring([Exit("a", URL)]).assign(s), "key"),
+    "Ring.assign_many": (lambda s: Ring([Exit("a", URL)]).assign_many(["k", s]), "key"),
+    "Ring.moved": (lambda s: Ring([Exit("a", URL)]).moved(Ring([Exit("b", URL)]), [s]), "key"),
+    "Ring.remove": (lambda s: Ring([Exit("a", URL)]).remove(s), "exit_id"),
+    "Pool strategy": (lambda s: _pool(strategy=s), "strategy"),
+    "Pool store": (lambda s: _pool(store=s), "store"),
+    "Pool namespace": (lambda s: _pool(store="memory://x", namespace=s), "namespace"),
+    "Pool health key": (lambda s: _pool(health={s: 1}), "a health setting name"),
+    "Pool warmup key": (lambda s: _pool(warmup={s: 1}), "a warmup setting name"),
+    "Pool.lease key": (lambda s: _pool().lease(s), "key"),
+    "Pool.lease site": (lambda s: _pool().lease("k", site=s), "site"),
+    "Pool.acquire key": (lambda s: _pool().acquire(s), "key"),
+    "Pool.acquire site": (lambda s: _pool().acquire(site=s), "site"),
+    "Pool.acquire avoid": (lambda s: _pool().acquire(avoid=[s]), "an exit id in avoid"),
+    "Pool.assign": (lambda s: _pool().assign(s), "key"),
+    "Pool.end_session": (lambda s: _pool().end_session(s), "key"),
+    "Pool.bench": (lambda s: _pool().bench(s), "exit_id"),
+    "Pool.unbench": (lambda s: _pool().unbench(s), "exit_id"),
+    "Pool.remove": (lambda s: _pool().remove(s), "exit_id"),
+    "Pool.exit": (lambda s: _pool().exit(s), "exit_id"),
+    "Pool.revive": (lambda s: _pool().revive(s), "exit_id"),
+    "Pool.set_capacity": (lambda s: _pool().set_capacity(s, 2), "exit_id"),
+    "Pool.state exit_id": (lambda s: _pool().state(s), "exit_id"),
+    "Pool.state site": (lambda s: _pool().state("a", s), "site"),
+    "Pool.subset name": (lambda s: _pool().subset(**{s: "x"}), "a subset tag name"),
+    "Pool.subset value": (lambda s: _pool().subset(t=s), "a subset tag value"),
+    "Pool.record_probe exit_id": (lambda s: _pool().record_probe(s, True), "exit_id"),
+    "Pool.record_probe observed_ip": (lambda s: _pool().record_probe("a", True, observed_ip=s), "observed_ip"),
+    "Pool.record_probe detail": (lambda s: _pool().record_probe("a", True, detail=s), "detail"),
+    "Lease.report error": (lambda s: _pool().acquire().report(error=s), "error"),
+    "Pool.from_config path": (lambda s: Pool.from_config("/nonexistent/\ud800" + s), "path"),
+    "Pool.from_config keyword": (lambda s: Pool.from_config(_CONFIG, strategy=s), "strategy"),
+}
+_CONFIG = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _config_file(tmp_path_factory):
+    global _CONFIG
+    path = tmp_path_factory.mktemp("cfg") / "exitpool.toml"
+    path.write_text('[[exit]]\nproxy = "http://gw.example:8000"\n', encoding="utf-8")
+    _CONFIG = str(path)
+
+
+# Text with at least one lone surrogate somewhere, sometimes around a proxy URL.
+surrogate_text = st.tuples(
+    st.sampled_from(["", "a", URL, "gw.example:8000:user:" + SECRET]),
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.text(max_size=8),
+).map(lambda t: "".join(t))
+
+
+@pytest.mark.parametrize("entry", sorted(TEXT_ARGUMENTS))
+@settings(max_examples=15, deadline=None)
+@given(s=surrogate_text)
+def test_text_that_is_not_valid_text_is_invalid_input_naming_the_argument(entry, s):
+    call, name = TEXT_ARGUMENTS[entry]
+    with pytest.raises(InvalidInput) as info:
+        call(s)
+    message = str(info.value)
+    # The argument is named just before the verdict (the config loader puts its own frame around).
+    before, _, _ = message.partition(" is not valid text")
+    assert before.endswith(name) or before.endswith(f"keyword argument {name} (given in code, not read from {_CONFIG}):"), message
+    assert SECRET not in message
+    # Membership is a question, not an input: no exit has such an id.
+    assert s not in _pool() and s not in Ring([Exit("a", URL)])
+
+
+U32, U64 = 2**32 - 1, 2**64 - 1
+# Every integer argument, its range and how to pass it.
+INT_ARGUMENTS = {
+    "Exit capacity": (lambda n: Exit("a", URL, capacity=n), "capacity", 1, 10_000),
+    "Pool.set_capacity": (lambda n: _pool().set_capacity("a", n), "capacity", 1, 10_000),
+    "Ring replicas": (lambda n: Ring([], replicas=n), "replicas", 1, 100_000),
+    "Pool replicas": (lambda n: _pool(replicas=n), "replicas", 1, 100_000),
+    "Pool max_leases": (lambda n: _pool(max_leases=n), "max_leases", 1, U32),
+    "Pool seed": (lambda n: _pool(seed=n), "seed", 0, U64),
+    "Pool.events since": (lambda n: _pool().events(n), "since", 0, U64),
+    **{
+        f"Pool health {k}": ((lambda k: lambda n: _pool(health={k: n}))(k), f"health {k}", 0, U32)
+        for k in ("window", "min_calls", "captcha_consecutive", "recover_successes", "half_open_trials", "dead_after",
+                  "min_in_service", "incident_min_exits")
+    },
+}
+
+
+def _shown(n: int) -> str:
+    s = str(n)
+    return s if len(s) <= 40 else f"{s[:20]}... ({len(s.lstrip('-'))} digits)"
+
+
+@pytest.mark.parametrize("entry", sorted(INT_ARGUMENTS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_an_integer_out_of_its_range_is_invalid_input_naming_it_the_value_and_the_range(entry, data):
+    call, name, lo, hi = INT_ARGUMENTS[entry]
+    n = data.draw(st.one_of(st.integers(max_value=lo - 1), st.integers(min_value=hi + 1),
+                            st.sampled_from([lo - 1, hi + 1, -(2**64), 2**64, 2**128, -(2**200), 10**60])))
+    with pytest.raises(InvalidInput) as info:
+        call(n)
+    assert str(info.value) .startswith(f"{name} {_shown(n)} is outside {lo}..={hi}"), str(info.value)

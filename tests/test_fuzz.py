@@ -78,3 +78,40 @@ def test_the_ipv6_regression_seed_builds_its_line_and_the_checks_flag_it(tmp_pat
     lines, flagged = r.stdout.strip().splitlines()[-2:]
     assert lines == repr(["[::1]:8000:user:Pl4ntedS3cret gw.example:8001"])
     assert flagged.startswith("flagged: the planted password appears in a rendering of a parsed exit"), flagged
+
+
+# Issue 13: a password with a space (or another separator) must leave no piece of 4 characters
+# or more in any message. The harness's `\x03` inputs build such lines; with the parser's old
+# message (every token masked on its own), the check flags them.
+SPACED = textwrap.dedent(
+    """
+    import random, sys
+    sys.path.insert(0, sys.argv[1])
+    import fuzz_proxy_list as harness
+    from exitpool import InvalidInput
+    from exitpool._core import _mask_raw
+    rng = random.Random(13)
+    inputs = [b"\\x03" + rng.randbytes(48) for _ in range(300)]
+    for data in inputs:
+        harness.TestOneInput(data)  # today's parser: nothing flagged
+    def old(lines):
+        tokens = lines[0].split()
+        if len(tokens) > 1:
+            raise InvalidInput(f'two proxies on one line: "{_mask_raw(tokens[0])}" and "{_mask_raw(tokens[1])}"')
+        return []
+    harness.load_exits = old
+    flagged = 0
+    for data in inputs:
+        try:
+            harness.TestOneInput(data)
+        except harness.CheckFailed:
+            flagged += 1
+    print(flagged)
+    """
+)
+
+
+def test_the_spaced_password_inputs_pass_today_and_flag_the_old_message(tmp_path):
+    r = subprocess.run([sys.executable, "-c", SPACED, str(FUZZ)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert int(r.stdout.strip().splitlines()[-1]) >= 10, r.stdout

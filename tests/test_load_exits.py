@@ -194,24 +194,38 @@ def test_an_explicit_id_wins():
 
 BAD_LINES = [
     (
-        "gw.example:8000:user:hunter2 capacity=-1",
+        "capacity=-1 gw.example:8000:user:hunter2",
         "capacity -1 is outside 1..=10000",
     ),
     (
-        "gw.example:8000:user:hunter2 capacity=10001",
+        "capacity=10001 gw.example:8000:user:hunter2",
         "capacity 10001 is outside 1..=10000",
     ),
     (
-        "gw.example:8000:user:hunter2 capacity=1.5",
+        "capacity=1.5 gw.example:8000:user:hunter2",
         'capacity "1.5" is not a whole number',
     ),
     (
-        "gw.example:8000:user:hunter2 capacity=many",
+        "gw.example:8000 capacity=many",
         'capacity "many" is not a whole number',
     ),
     (
-        "gw.example:8000:user:hunter2 ip=93.184.10",
+        "ip=93.184.10 gw.example:8000:user:hunter2",
         'ip "93.184.10" is not an IP address',
+    ),
+    # After a password a field may be the rest of it (a password with a space): its value is
+    # not shown, the field and the rule are.
+    (
+        "gw.example:8000:user:hunter2 capacity=10001",
+        "the capacity (not shown: it follows a password and may be part of it) is outside 1..=10000",
+    ),
+    (
+        "gw.example:8000:user:hunter2 capacity=many",
+        "the capacity (not shown: it follows a password and may be part of it) is not a whole number",
+    ),
+    (
+        "gw.example:8000:user:hunter2 ip=93.184.10",
+        "the ip (not shown: it follows a password and may be part of it) is not an IP address",
     ),
     (
         "ftp://user:hunter2@gw.example:21",
@@ -240,11 +254,24 @@ BAD_LINES = [
     ),
     (
         "sess-1 gw.example:8000:user:hunter2 extra",
-        'expected `[ID] PROXY [key=value ...]`, got "sess-1 gw.example:8000:user:[secure] extra"',
+        'expected `[ID] PROXY [key=value ...]`, got "sess-1 gw.example:8000:user:[secure]" and 1 more (not shown: it follows '
+        "a password and may be part of it); a password with a space goes in a URL, percent-encoded",
+    ),
+    (
+        "id= gw.example:8000:user:hunter2",
+        'exit id "" must be non-empty with no surrounding spaces',
     ),
     (
         "gw.example:8000:user:hunter2 id=",
-        'exit id "" must be non-empty with no surrounding spaces',
+        "the exit id (not shown: it follows a password and may be part of it) must be non-empty, without surrounding "
+        "spaces or control characters",
+    ),
+    # Issue 13: a password with a space; no part of it after the space is shown.
+    (
+        "gw.example:8000:user:abc defSECRET",
+        'two proxies on one line, or a password with a space: proxy "gw.example:8000:user:[secure]" and one more token '
+        "(not shown: it follows a password and may be part of it); one exit a line, and a password with a space goes in "
+        "a URL, percent-encoded (`http://user:pass%20word@host:port`)",
     ),
 ]
 

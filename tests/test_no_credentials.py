@@ -114,3 +114,56 @@ def test_a_proxy_url_given_where_something_else_belongs_comes_back_masked():
         with pytest.raises(exitpool.Error) as e:
             call()
         assert PASSWORD not in str(e.value) and "[secure]" in str(e.value), str(e.value)
+
+
+# --- what masking may hide (issue 13): only what could be a credential ---------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from exitpool._core import _mask_raw  # noqa: E402
+
+_v6 = st.ip_addresses(v=6).map(str)
+_zone = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,14}", fullmatch=True)
+_host = st.one_of(st.ip_addresses(v=4).map(str), _v6.map(lambda a: f"[{a}]"),
+                  st.from_regex(r"[a-z0-9][a-z0-9-]{0,10}(\.[a-z0-9-]{1,10}){0,3}", fullmatch=True))
+_port = st.integers(0, 10**7).map(str)  # out-of-range ports too: a typo, never a secret
+_path = st.from_regex(r"(/[A-Za-z0-9._-]{0,8}){0,2}", fullmatch=True)
+_scheme = st.sampled_from(["http", "https", "socks5", "socks5h", "redis", "rediss"])
+NO_CREDENTIAL = st.one_of(
+    st.ip_addresses().map(str),
+    st.tuples(_v6, _zone).map(lambda t: f"{t[0]}%{t[1]}"),  # fe80::1%eth0
+    st.tuples(_v6, _zone, _port).map(lambda t: f"[{t[0]}%{t[1]}]:{t[2]}"),
+    st.tuples(_host, _port).map(lambda t: f"{t[0]}:{t[1]}"),
+    st.tuples(_scheme, _host, _port, _path).map(lambda t: f"{t[0]}://{t[1]}:{t[2]}{t[3]}"),  # redis://h:99999/0
+    st.tuples(_scheme, _v6, _zone, _port).map(lambda t: f"{t[0]}://[{t[1]}%25{t[2]}]:{t[3]}"),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=NO_CREDENTIAL)
+def test_masking_leaves_text_that_holds_no_credential_whole(text):
+    assert _mask_raw(text) == text
+
+
+@settings(max_examples=400, deadline=None)
+@given(scheme=_scheme, user=st.from_regex(r"[a-z]{1,6}", fullmatch=True), host=_host, port=_port, path=_path,
+       shape=st.sampled_from(["url", "url-no-host", "hostport", "userpass"]))
+def test_masking_still_hides_every_password_next_to_such_text(scheme, user, host, port, path, shape):
+    raw = {
+        "url": f"{scheme}://{user}:{PASSWORD}@{host}:{port}{path}",
+        "url-no-host": f"{scheme}://{user}:{PASSWORD}{path}",
+        "hostport": f"{host}:{port}:{user}:{PASSWORD}",
+        "userpass": f"{user}:{PASSWORD}@{host}:{port}",
+    }[shape]
+    assert "S3CRET" not in _mask_raw(raw)
+
+
+def test_the_issues_store_and_ip_are_shown_as_written():
+    for make, shown in [
+        (lambda: Pool([Exit("a", "http://gw.example:1")], store="redis://127.0.0.1:99999/0"), "redis://127.0.0.1:99999/0"),
+        (lambda: Exit("a", "http://gw.example:1", ip="fe80::1%eth0"), '"fe80::1%eth0"'),
+    ]:
+        with pytest.raises(exitpool.InvalidInput) as info:
+            make()
+        assert shown in str(info.value) and "[secure]" not in str(info.value), str(info.value)

@@ -556,3 +556,104 @@ def test_no_input_panics_on_any_text_key(key):
     ring = Ring(POOL_SHAPES["unicode ids"], replicas=1)
     assert ring.assign(key).exit_id == ReferenceRing(POOL_SHAPES["unicode ids"]).assign(key)
     assert ring.assign_many([key]) == [ring.assign(key)]
+
+
+# --- the ring's size is bounded (issue 13, point 5) ---------------------------------------------
+
+URL = "http://u:pw@gw.example:8000"
+
+# Run where an unbounded ring would abort the interpreter (a Rust out-of-memory abort): the
+# address space is capped so that the request fails at once instead of swapping.
+TOO_LARGE = textwrap.dedent(
+    """
+    import resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    from exitpool import Exit, InvalidInput, Pool, Ring
+    url = "http://u:pw@gw.example:8000"
+    cases = {
+        "pool": lambda: Pool([Exit("a", url, capacity=10000)], replicas=100000),
+        "pool200": lambda: Pool([Exit(f"e{i}", url, capacity=10000) for i in range(200)]),
+        "ring": lambda: Ring([Exit("a", url, capacity=10000)], replicas=100000),
+    }
+    try:
+        cases[sys.argv[1]]()
+    except InvalidInput as e:
+        print(e)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "figures"),
+    [
+        ("pool", "1000000000 points (1 exit, capacity total 10000, times replicas 100000)"),
+        ("pool200", "320000000 points (200 exits, capacity total 2000000, times replicas 160)"),
+        ("ring", "1000000000 points (1 exit, capacity total 10000, times replicas 100000)"),
+    ],
+)
+def test_a_ring_too_large_is_refused_with_its_figures_instead_of_aborting(case, figures):
+    r = subprocess.run([sys.executable, "-c", TOO_LARGE, case], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == (
+        f"the ring would hold {figures}; the limit is 16777216 points (about 320 MiB): "
+        "use fewer replicas or smaller capacities"
+    )
+
+
+def test_the_limit_leaves_room_for_100000_exits_of_capacity_1():
+    from exitpool._core import MAX_RING_POINTS, _check_ring_size
+
+    assert MAX_RING_POINTS == 2**24 and exitpool.DEFAULT_REPLICAS == 160
+    exits = [Exit(f"e{i}", URL) for i in range(100_000)]
+    _check_ring_size(exits, None)  # the figures Pool(exits) checks before hashing anything
+    _check_ring_size(exits + [Exit("one-more", URL, capacity=4857)], None)  # 16,777,120 points
+    with pytest.raises(InvalidInput, match="16777280 points"):
+        _check_ring_size(exits + [Exit("one-more", URL, capacity=4858)], None)
+    # replicas at its top with one exit: 100,000 points, built.
+    assert Ring([Exit("a", URL)], replicas=100_000).points == 100_000
+
+
+def test_a_refused_growth_changes_nothing():
+    a, big = Exit("a", URL), Exit("b", URL, capacity=10_000)
+    ring = Ring([a], replicas=100_000)
+    keys = [f"k{i}" for i in range(200)]
+    with pytest.raises(InvalidInput, match=r"2 exits, capacity total 10001, times replicas 100000"):
+        ring.add(big)
+    assert (len(ring), ring.points, "b" in ring) == (1, 100_000, False)
+    ring.add(Exit("b", URL, capacity=2))
+    assert ring.points == 300_000
+
+    pool = exitpool.Pool([a, Exit("c", URL, tags={"t": "x"})], replicas=100_000)
+    sub = pool.subset(t="x")
+    before = [pool.assign(k).exit_id for k in keys]
+    with pytest.raises(InvalidInput, match=r"the ring would hold"):
+        pool.add(Exit("b", URL, capacity=10_000, tags={"t": "x"}))
+    with pytest.raises(InvalidInput, match=r"capacity total 10001"):
+        pool.set_capacity("c", 10_000)
+    assert [e.exit_id for e in pool.exits] == ["a", "c"] and [e.exit_id for e in sub.exits] == ["c"]
+    assert pool.exit("c").capacity == 1 and "b" not in pool
+    assert [pool.assign(k).exit_id for k in keys] == before
+    # A benched exit whose capacity grew past the limit stays benched, and says why.
+    pool.bench("c")
+    pool.set_capacity("c", 10_000)
+    with pytest.raises(InvalidInput, match=r"the ring would hold"):
+        pool.unbench("c")
+    assert [e.exit_id for e in pool.exits] == ["a"]
+    pool.set_capacity("c", 2)
+    pool.unbench("c")
+    assert [e.exit_id for e in pool.exits] == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "message"),
+    [
+        (2**64, "replicas 18446744073709551616 is outside 1..=100000"),
+        (-(2**70), "replicas -1180591620717411303424 is outside 1..=100000"),
+        (10**50, "replicas 10000000000000000000... (51 digits) is outside 1..=100000"),
+    ],
+)
+def test_replicas_of_any_size_are_refused_by_name_and_range(replicas, message):
+    for make in (lambda: Ring([], replicas=replicas), lambda: exitpool.Pool([Exit("a", URL)], replicas=replicas)):
+        with pytest.raises(InvalidInput) as info:
+            make()
+        assert str(info.value) == message

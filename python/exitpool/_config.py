@@ -19,7 +19,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ._clients import _scrub
-from ._core import Exit, _mask_raw
+from ._core import Exit, _check_ring_size, _mask_raw
 from ._errors import Error, InvalidInput
 from ._exits import load_exits
 
@@ -92,6 +92,8 @@ def from_config(cls: Callable[..., Any], path: Union[str, "os.PathLike[str]"], *
     try:
         with open(fspath, "rb") as f:
             raw = f.read()
+    except UnicodeEncodeError as e:  # a lone surrogate the file system cannot take
+        raise InvalidInput(f"path is not valid text: it holds a lone surrogate at position {e.start}") from None
     except ValueError as e:  # not an OSError: a NUL in the path ("embedded null byte")
         raise InvalidInput(f"{name!r}: not a usable path: {e}") from None
     try:
@@ -296,7 +298,10 @@ def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tup
         return cls([e for _, e in exits], **options)
     except (ValueError, TypeError, OverflowError) as e:  # InvalidInput is a ValueError
         error = e
-    path, message = _blame(options, doc, str(error), overrides)
+    if isinstance(error, TypeError):
+        path, message = _blame(options, doc, str(error), overrides)
+    else:
+        path, message = _culprit(options, [e for _, e in exits], str(error))
     from_code = bool(path) and path[0] in overrides
     # The file's values are type-checked before Pool sees them: a TypeError (an unknown or
     # repeated keyword, a clock that is no ManualClock) or an OverflowError is about a keyword
@@ -308,6 +313,45 @@ def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tup
     if from_code:
         raise _OverrideError(_dotted(path), message)
     raise _ConfigError(path, message)
+
+
+# One exit for trying settings one at a time: a ring of 160 points, no network.
+_PROBE_EXIT = Exit("probe", "http://127.0.0.1:9")
+# Settings that only a pool with its store can judge: trying them would connect to it.
+_STORE_KEYS = ("store", "namespace")
+
+
+def _culprit(options: Dict[str, Any], exits: List[Exit], message: str) -> Tuple[Path, str]:
+    """The key a refusal of Pool(...) is about, found by structure: each setting is tried
+    alone on a one-exit pool (a table's settings one by one, then the table whole), then the
+    ring's size with these exits; the first that is refused is the culprit, with its own
+    message. Only the store's settings, which need the store, fall back to the message's words."""
+    from ._core import Pool  # the plain Pool: a subclass's constructor may do more than judge
+
+    def refused(**kwargs: Any) -> Optional[str]:
+        try:
+            Pool([_PROBE_EXIT], **kwargs)
+        except (ValueError, OverflowError) as e:
+            return str(e)
+        return None
+
+    for key, value in options.items():
+        if key in _STORE_KEYS:
+            continue
+        if isinstance(value, dict):
+            for leaf, v in value.items():
+                why = refused(**{key: {leaf: v}})
+                if why is not None:
+                    return (key, leaf), _strip_key((key, leaf), why)
+        why = refused(**{key: value})
+        if why is not None:
+            return (key,), _strip_key((key,), why)
+    try:
+        _check_ring_size(exits, options.get("replicas"))
+    except (ValueError, OverflowError) as e:
+        return (("replicas",) if "replicas" in options else ()), str(e)
+    store_options = {k: v for k, v in options.items() if k in _STORE_KEYS}
+    return _blame(store_options, store_options, message, {})
 
 
 def _blame(options: Dict[str, Any], doc: Dict[str, Any], message: str, overrides: Dict[str, Any]) -> Tuple[Path, str]:

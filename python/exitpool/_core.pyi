@@ -3,7 +3,8 @@
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "BLOCK_STATUSES", "Exit", "Ring", "Pool", "Lease", "ManualClock", "_parse_exits", "_mask_raw", "_position", "_flush_stores", "_before_fork", "_after_fork"]
+__all__ = ["__version__", "DEFAULT_REPLICAS", "MAX_REPLICAS", "MAX_RING_POINTS", "BLOCK_STATUSES", "Exit", "Ring", "Pool", "Lease", "ManualClock",
+           "_parse_exits", "_mask_raw", "_position", "_check_ring_size", "_flush_stores", "_before_fork", "_after_fork"]
 
 __version__: str
 DEFAULT_REPLICAS: int
@@ -21,6 +22,14 @@ DEFAULT_REPLICAS: int
 #: negative, above 65535, not an int   :class:`InvalidInput`
 #: ==================================  ================
 BLOCK_STATUSES: FrozenSet[int]
+#: ``replicas`` is in ``1..=MAX_REPLICAS`` (100,000).
+MAX_REPLICAS: int
+#: The most points one ring holds: 2**24 (16,777,216), about 320 MiB (16 bytes a point, 4 more
+#: for the lookup table). 100,000 exits of capacity 1 at the default 160 replicas fit; a Ring or
+#: Pool (or an ``add``, ``set_capacity``, ``unbench``, subset or recalibration) that would need
+#: more raises :class:`InvalidInput` naming exits, capacity total, replicas and this limit, and
+#: changes nothing.
+MAX_RING_POINTS: int
 
 Strategy = Literal["round_robin", "weighted", "least_conn", "lru", "p2c"]
 
@@ -87,7 +96,8 @@ class Ring:
     ``v in range(max(1, capacity) * replicas)``; a position is the first 8 bytes of the
     string's sha256, big-endian; a key goes to the first position strictly after its own,
     wrapping. ``replicas=1`` is bit for bit the reference ring of the article this design
-    comes from. Adding or removing an exit moves only the keys of its own arcs.
+    comes from. Adding or removing an exit moves only the keys of its own arcs. A ring holds at
+    most :data:`MAX_RING_POINTS` points (2**24, about 320 MiB).
     """
 
     def __new__(cls, exits: Optional[Iterable[Exit]] = None, *, replicas: Optional[int] = None, salt: str = "vnode") -> "Ring":
@@ -452,3 +462,4 @@ def _position(s: str) -> int: ...
 def _flush_stores() -> None: ...
 def _before_fork() -> None: ...
 def _after_fork() -> None: ...
+def _check_ring_size(exits: Iterable[Exit], replicas: Optional[int]) -> None: ...

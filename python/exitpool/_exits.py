@@ -27,6 +27,8 @@ def load_exits(path_or_lines: Union[str, "os.PathLike[str]", Iterable[str]]) -> 
                 lines = f.read().splitlines()
         except UnicodeDecodeError as e:
             raise InvalidInput(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except UnicodeEncodeError as e:  # a lone surrogate the file system cannot take
+            raise InvalidInput(f"path is not valid text: it holds a lone surrogate at position {e.start}") from None
         try:
             return _parse_exits(lines)
         except InvalidInput as e:

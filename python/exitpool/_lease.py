@@ -57,7 +57,11 @@ async def _acquire(lease: Any, timeout: Optional[float]) -> Any:
 
 async def _aexit(lease: Any, exc_type: Any, exc: Any, tb: Any) -> bool:
     if lease._shared:
-        # The release is on its way to the worker thread before the first await: a task
-        # cancelled here gets CancelledError while the thread still finishes the release.
-        return await asyncio.to_thread(lease.__exit__, exc_type, exc, tb)
+        # The release is handed to a worker thread before the first await, and shielded: a
+        # task cancelled here gets CancelledError while the release still runs. Unshielded,
+        # the cancel would reach the executor's future and drop the release if no thread had
+        # started it yet (asyncio.to_thread's future cancels work not yet begun).
+        loop = asyncio.get_running_loop()
+        release = loop.run_in_executor(None, lease.__exit__, exc_type, exc, tb)
+        return await asyncio.shield(release)
     return lease.__exit__(exc_type, exc, tb)

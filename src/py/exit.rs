@@ -1,6 +1,7 @@
 //! `Exit`: an immutable, hashable value; its repr masks the password the way httpx does.
 
 use super::errors::{invalid_input, IntoPyResult};
+use super::text::{any_text, opt_text, text};
 use crate::exit::Exit;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString};
@@ -11,19 +12,80 @@ pub struct PyExit {
     pub inner: Arc<Exit>,
 }
 
-/// A capacity must be a whole number: `True`, `1.0` and `nan` are refused by name.
-pub fn extract_capacity(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+/// A whole number: `True`, `1.0` and `nan` are refused by name. `None` for an int too large
+/// for an `i128`, which is outside every range the API has.
+fn whole(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<i128>> {
     if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
         let shown = if value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyBool>() {
             value.repr()?.to_string()
         } else {
             format!("a {}", value.get_type().name()?)
         };
-        return Err(invalid_input(py, format!("{what} must be a whole number, got {shown}")));
+        return Err(invalid_input(
+            py,
+            format!("{what} must be a whole number, got {shown}"),
+        ));
     }
-    value
-        .extract::<i64>()
-        .map_err(|_| invalid_input(py, format!("{what} {} is outside 0..={}", value, crate::exit::MAX_CAPACITY)))
+    Ok(value.extract::<i128>().ok())
+}
+
+/// An int as a message shows it: long ones shortened (Python refuses to print the longest).
+fn shown_int(value: &Bound<'_, PyAny>) -> String {
+    match value.str() {
+        Ok(s) => {
+            let s = s.to_string();
+            if s.len() <= 40 {
+                s
+            } else {
+                format!(
+                    "{}... ({} digits)",
+                    &s[..20],
+                    s.trim_start_matches('-').len()
+                )
+            }
+        }
+        Err(_) => "(a number too long to print)".into(),
+    }
+}
+
+/// Every integer argument of the API: a whole number in `range`, else an `InvalidInput`
+/// naming the argument, the value and the range (`note` says what else it may be).
+pub fn extract_int(
+    py: Python<'_>,
+    value: &Bound<'_, PyAny>,
+    what: &str,
+    range: std::ops::RangeInclusive<i128>,
+    note: &str,
+) -> PyResult<i128> {
+    match whole(py, value, what)? {
+        Some(n) if range.contains(&n) => Ok(n),
+        _ => Err(invalid_input(
+            py,
+            format!(
+                "{what} {} is outside {}..={}{note}",
+                shown_int(value),
+                range.start(),
+                range.end()
+            ),
+        )),
+    }
+}
+
+/// A capacity, judged by the core (which owns its range); a number beyond `i64` gets the
+/// core's message for the nearest `i64`, with the number itself put back in.
+pub fn capacity_of(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let n =
+        whole(py, value, "capacity")?.unwrap_or(if value.lt(0)? { i128::MIN } else { i128::MAX });
+    let near = n.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+    crate::exit::validate_capacity(near).map_err(|e| {
+        let msg = e.to_string();
+        let msg = if i128::from(near) == n {
+            msg
+        } else {
+            msg.replacen(&near.to_string(), &shown_int(value), 1)
+        };
+        invalid_input(py, msg)
+    })
 }
 
 fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
@@ -33,7 +95,7 @@ fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Ve
         let (Ok(k), Ok(v)) = (k.cast::<PyString>(), v.cast::<PyString>()) else {
             return Err(invalid_input(py, format!("tags must map str to str, got {}: {}", k.repr()?, v.repr()?)));
         };
-        out.push((k.to_string(), v.to_string()));
+        out.push((text(k, "a tag name")?.into_owned(), text(v, "a tag value")?.into_owned()));
     }
     Ok(out)
 }
@@ -50,18 +112,19 @@ impl PyExit {
     #[pyo3(signature = (exit_id, proxy, *, ip=None, capacity=None, tags=None))]
     fn new(
         py: Python<'_>,
-        exit_id: &str,
-        proxy: &str,
-        ip: Option<&str>,
+        exit_id: &Bound<'_, PyString>,
+        proxy: &Bound<'_, PyString>,
+        ip: Option<&Bound<'_, PyString>>,
         capacity: Option<&Bound<'_, PyAny>>,
         tags: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyExit> {
+        let (exit_id, proxy, ip) = (text(exit_id, "exit_id")?, text(proxy, "proxy")?, opt_text(ip, "ip")?);
         let capacity = match capacity {
-            Some(c) => extract_capacity(py, c, "capacity")?,
+            Some(c) => capacity_of(py, c)?.into(),
             None => 1,
         };
         let tags = extract_tags(py, tags)?;
-        Exit::new(exit_id, proxy, ip, capacity, tags).py_err(py).map(PyExit::wrap)
+        Exit::new(&exit_id, &proxy, ip.as_deref(), capacity, tags).py_err(py).map(PyExit::wrap)
     }
 
     /// The stable identity the ring hashes.
@@ -168,8 +231,9 @@ impl PyExit {
 /// Parses proxy-list lines into exits; `exitpool.load_exits` reads the file around it.
 #[pyfunction]
 #[pyo3(name = "_parse_exits")]
-pub fn parse_exits<'py>(py: Python<'py>, lines: Vec<String>) -> PyResult<Bound<'py, PyList>> {
-    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+pub fn parse_exits<'py>(py: Python<'py>, lines: Vec<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+    let lines: Vec<_> = lines.iter().enumerate().map(|(n, line)| any_text(line, &format!("line {}", n + 1))).collect::<PyResult<_>>()?;
+    let refs: Vec<&str> = lines.iter().map(|l| &**l).collect();
     let exits = crate::proxy_list::parse(&refs).py_err(py)?;
     PyList::new(py, exits.into_iter().map(PyExit::wrap))
 }
@@ -177,6 +241,7 @@ pub fn parse_exits<'py>(py: Python<'py>, lines: Vec<String>) -> PyResult<Bound<'
 /// The core's masking of a string an error message shows, for the config loader's messages.
 #[pyfunction]
 #[pyo3(name = "_mask_raw")]
-pub fn mask_raw(raw: &str) -> String {
-    crate::proxy::mask_raw(raw)
+pub fn mask_raw(raw: &Bound<'_, PyString>) -> String {
+    // Messages about text that is not valid text show it too: with U+FFFD for a surrogate.
+    crate::proxy::mask_raw(&raw.to_string_lossy())
 }

@@ -27,6 +27,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(flush_stores, m)?)?;
     m.add_function(wrap_pyfunction!(before_fork, m)?)?;
     m.add_function(wrap_pyfunction!(after_fork, m)?)?;
+    m.add_function(wrap_pyfunction!(ring::check_ring_size, m)?)?;
+    m.add("MAX_RING_POINTS", crate::ring::MAX_POINTS)?;
+    m.add("MAX_REPLICAS", crate::ring::MAX_REPLICAS)?;
     Ok(())
 }
 

@@ -3,9 +3,9 @@
 
 use super::clock::PyManualClock;
 use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
-use super::exit::{extract_capacity, PyExit};
+use super::exit::{capacity_of, extract_int, PyExit};
 use super::ring::extract_replicas;
-use super::text::{with_key, with_str};
+use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
 use crate::clock::{Clock, SystemClock};
 use crate::exit::Exit;
 use crate::lease::LeaseId;
@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyType};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,7 +102,7 @@ fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<Warmu
     if let Ok(d) = w.cast::<PyDict>() {
         let mut cfg = WarmupConfig::default();
         for (k, v) in d.iter() {
-            let k: String = k.extract()?;
+            let k = any_text(&k, "a warmup setting name")?.into_owned();
             let v: f64 = v.extract().map_err(|_| invalid_input(py, format!("warmup {k} must be a number of seconds")))?;
             match k.as_str() {
                 "ramp" => cfg.ramp = v,
@@ -120,17 +121,14 @@ fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<Hea
     let mut cfg = HealthConfig::default();
     let Some(d) = d else { return Ok(cfg) };
     for (k, v) in d.iter() {
-        let k: String = k.extract()?;
+        let k = any_text(&k, "a health setting name")?.into_owned();
         let number = || -> PyResult<f64> {
             if v.is_instance_of::<PyBool>() {
                 return Err(invalid_input(py, format!("health {k} must be a number, got {}", v.repr()?)));
             }
             v.extract::<f64>().map_err(|_| invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))
         };
-        let count = || -> PyResult<u32> {
-            let n = extract_capacity(py, &v, &format!("health {k}"))?;
-            u32::try_from(n).map_err(|_| invalid_input(py, format!("health {k} {n} is out of range")))
-        };
+        let count = || -> PyResult<u32> { extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "").map(|n| n as u32) };
         match k.as_str() {
             "consecutive" => cfg.consecutive = number()?,
             "degrade_at" => cfg.degrade_at = number()?,
@@ -181,14 +179,17 @@ fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
 #[pymethods]
 impl PyPool {
     #[new]
-    #[pyo3(signature = (exits, *, strategy="weighted", replicas=None, session_ttl=900.0, lease_ttl=120.0,
+    // The strings' defaults are applied below, where every str is read as text (a str default
+    // cannot be a `Bound`); the signature Python shows keeps them.
+    #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=900.0, lease_ttl=120.0,
                         max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0,
-                        health=None, calibrate=false, store=None, namespace="exitpool"))]
+                        health=None, calibrate=false, store=None, namespace=None),
+           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\")")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         exits: &Bound<'_, PyAny>,
-        strategy: &str,
+        strategy: Option<&Bound<'_, PyString>>,
         replicas: Option<&Bound<'_, PyAny>>,
         session_ttl: f64,
         lease_ttl: f64,
@@ -196,25 +197,25 @@ impl PyPool {
         balance_factor: Option<f64>,
         warmup: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyManualClock>>,
-        seed: Option<u64>,
+        seed: Option<&Bound<'_, PyAny>>,
         cooldown: f64,
         health: Option<&Bound<'_, PyDict>>,
         calibrate: bool,
-        store: Option<&str>,
-        namespace: &str,
+        store: Option<&Bound<'_, PyString>>,
+        namespace: Option<&Bound<'_, PyString>>,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
-            None => None,
-            Some(m) => {
-                let m = extract_capacity(py, m, "max_leases")?;
-                if !(1..=u32::MAX as i64).contains(&m) {
-                    return Err(invalid_input(py, format!("max_leases {m} must be at least 1 (None means no limit)")));
-                }
-                Some(m as u32)
-            }
+            Some(m) if !m.is_none() => Some(extract_int(py, m, "max_leases", 1..=u32::MAX.into(), " (None means no limit)")? as u32),
+            _ => None,
         };
+        let seed = match seed {
+            Some(s) if !s.is_none() => Some(extract_int(py, s, "seed", 0..=u64::MAX.into(), " (None means a random seed)")? as u64),
+            _ => None,
+        };
+        let strategy = opt_text(strategy, "strategy")?.unwrap_or(Cow::Borrowed("weighted"));
+        let (store, namespace) = (opt_text(store, "store")?, opt_text(namespace, "namespace")?.unwrap_or(Cow::Borrowed("exitpool")));
         let cfg = Config {
-            strategy: Strategy::parse(strategy).py_err(py)?,
+            strategy: Strategy::parse(&strategy).py_err(py)?,
             replicas: match replicas {
                 Some(r) => extract_replicas(py, r)?,
                 None => crate::ring::DEFAULT_REPLICAS,
@@ -240,7 +241,7 @@ impl PyPool {
         let store = match store {
             None => None,
             Some(url) => {
-                let (url, namespace, clock) = (url.to_owned(), namespace.to_owned(), clock.clone());
+                let (url, namespace, clock) = (url.into_owned(), namespace.into_owned(), clock.clone());
                 Some(py.detach(move || crate::store::open(&url, &namespace, clock)).py_err(py)?)
             }
         };
@@ -277,6 +278,10 @@ impl PyPool {
             None => None,
             Some(ids) => avoid_of(py, ids, key.is_some())?,
         };
+        // Read once here, so that a key that is not valid text is refused by name; the lease
+        // reads the cached UTF-8 again when it is entered.
+        key.as_ref().map(|k| check_text(k, "key")).transpose()?;
+        site.as_ref().map(|s| check_text(s, "site")).transpose()?;
         Ok(PyLease {
             core: self.core.clone(),
             dispatch: self.dispatch.clone(),
@@ -349,13 +354,13 @@ impl PyPool {
 
     /// Stops new sessions on the exit; live ones drain. Returns the keys of the live sessions,
     /// which will move when they end.
-    fn bench(&self, py: Python<'_>, exit_id: &str) -> PyResult<Vec<String>> {
-        self.core.bench(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
+    fn bench(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<Vec<String>> {
+        self.core.bench(&text(exit_id, "exit_id")?).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// Puts a benched exit back in service.
-    fn unbench(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
-        self.core.unbench(exit_id).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
+    fn unbench(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<()> {
+        self.core.unbench(&text(exit_id, "exit_id")?).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// Ends the key's sticky session; returns whether there was one.
@@ -364,9 +369,10 @@ impl PyPool {
     }
 
     /// Changes an exit's capacity (its weight); only its own arcs of the ring move.
-    fn set_capacity(&self, py: Python<'_>, exit_id: &str, capacity: &Bound<'_, PyAny>) -> PyResult<()> {
-        let c = crate::exit::validate_capacity(extract_capacity(py, capacity, "capacity")?).py_err(py)?;
-        self.core.set_capacity(exit_id, c).py_err(py)
+    fn set_capacity(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>, capacity: &Bound<'_, PyAny>) -> PyResult<()> {
+        let exit_id = text(exit_id, "exit_id")?;
+        let c = capacity_of(py, capacity)?;
+        self.core.set_capacity(&exit_id, c).py_err(py)
     }
 
     /// Adds an exit; only keys in its new arcs move to it (when their sessions end).
@@ -375,8 +381,8 @@ impl PyPool {
     }
 
     /// Removes an exit for good and returns it. Live sessions on it get `SessionExitLost`.
-    fn remove(&self, py: Python<'_>, exit_id: &str) -> PyResult<PyExit> {
-        self.core.remove(exit_id).py_err(py).map(|inner| PyExit { inner })
+    fn remove(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<PyExit> {
+        self.core.remove(&text(exit_id, "exit_id")?).py_err(py).map(|inner| PyExit { inner })
     }
 
     /// A view over the exits whose tags match, with its own ring, sharing leases, sessions
@@ -389,7 +395,7 @@ impl PyPool {
                 let Ok(v) = v.cast::<PyString>() else {
                     return Err(invalid_input(py, format!("subset tag {k} must be a str, got {}", v.repr()?)));
                 };
-                filter.push((k.extract::<String>()?, v.to_string()));
+                filter.push((any_text(&k, "a subset tag name")?.into_owned(), text(v, "a subset tag value")?.into_owned()));
             }
         }
         filter.sort();
@@ -410,27 +416,33 @@ impl PyPool {
     }
 
     /// The pool's exit by id (benched ones included).
-    fn exit(&self, py: Python<'_>, exit_id: &str) -> PyResult<PyExit> {
-        self.core.exit(exit_id).py_err(py).map(|inner| PyExit { inner })
+    fn exit(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<PyExit> {
+        self.core.exit(&text(exit_id, "exit_id")?).py_err(py).map(|inner| PyExit { inner })
     }
 
     /// An exit's health: "healthy", "degraded", "probing", "quarantined" or "dead". With a
     /// site, the worse of its tunnel's state and its state for that site.
     #[pyo3(signature = (exit_id, site=None))]
-    fn state(&self, py: Python<'_>, exit_id: &str, site: Option<&str>) -> PyResult<&'static str> {
-        py.detach(|| self.core.state_name(exit_id, site)).py_err(py)
+    fn state(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>, site: Option<&Bound<'_, PyString>>) -> PyResult<&'static str> {
+        let (exit_id, site) = (text(exit_id, "exit_id")?, opt_text(site, "site")?);
+        py.detach(|| self.core.state_name(&exit_id, site.as_deref())).py_err(py)
     }
 
     /// Puts an exit back in service (healthy) everywhere, whatever its state.
-    fn revive(&self, py: Python<'_>, exit_id: &str) -> PyResult<()> {
-        py.detach(|| self.core.revive(exit_id)).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
+    fn revive(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<()> {
+        let exit_id = text(exit_id, "exit_id")?;
+        py.detach(|| self.core.revive(&exit_id)).py_err(py).inspect(|_| self.dispatch.deliver(py, &self.core))
     }
 
     /// The events kept in the buffer (the last 1,000) with `seq >= since`, oldest first.
     #[pyo3(signature = (since=None))]
-    fn events<'py>(&self, py: Python<'py>, since: Option<u64>) -> PyResult<Bound<'py, PyList>> {
+    fn events<'py>(&self, py: Python<'py>, since: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyList>> {
+        let since = match since {
+            Some(s) if !s.is_none() => extract_int(py, s, "since", 0..=u64::MAX.into(), " (an event's seq)")? as u64,
+            _ => 0,
+        };
         self.dispatch.deliver(py, &self.core);
-        events_list(py, &self.core, since.unwrap_or(0), u64::MAX)
+        events_list(py, &self.core, since, u64::MAX)
     }
 
     /// Calls `fn(event)` for every event from now on (after the call that produced it);
@@ -472,9 +484,19 @@ impl PyPool {
     /// Feeds an active probe's verdict into the exit's health: probes decide who comes back.
     /// An `observed_ip` other than the exit's `ip` is drift: an event, and a failure. Returns
     /// whether the exit drifted.
-    #[pyo3(signature = (exit_id, ok, *, observed_ip=None, detail=""))]
-    fn record_probe(&self, py: Python<'_>, exit_id: &str, ok: bool, observed_ip: Option<&str>, detail: &str) -> PyResult<bool> {
-        let observed = match observed_ip {
+    #[pyo3(signature = (exit_id, ok, *, observed_ip=None, detail=None), text_signature = "($self, exit_id, ok, *, observed_ip=None, detail=\"\")")]
+    fn record_probe(
+        &self,
+        py: Python<'_>,
+        exit_id: &Bound<'_, PyString>,
+        ok: bool,
+        observed_ip: Option<&Bound<'_, PyString>>,
+        detail: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<bool> {
+        let (exit_id, observed_ip) = (text(exit_id, "exit_id")?, opt_text(observed_ip, "observed_ip")?);
+        let detail = opt_text(detail, "detail")?.unwrap_or_default();
+        let (exit_id, detail) = (&*exit_id, &*detail);
+        let observed = match observed_ip.as_deref() {
             None => None,
             Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::proxy::shown(s))))?),
         };
@@ -744,7 +766,7 @@ fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Opt
     for id in ids.try_iter()? {
         let id = id?;
         let id = id.cast::<PyString>().map_err(|_| invalid_input(py, format!("avoid holds {}, not an exit id (str)", id.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
-        out.push(Box::<str>::from(id.to_str()?));
+        out.push(Box::<str>::from(text(id, "an exit id in avoid")?));
     }
     if out.is_empty() {
         return Ok(None);
@@ -951,7 +973,7 @@ fn classify(py: Python<'_>, exc: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
 /// `error=` may be an exception (classified) or one of the class names.
 fn error_kind(py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
     if let Ok(s) = e.cast::<PyString>() {
-        return ErrorKind::parse(&s.to_cow()?).py_err(py);
+        return ErrorKind::parse(&text(s, "error")?).py_err(py);
     }
     if e.is_instance_of::<pyo3::exceptions::PyBaseException>() {
         return classify(py, e);

@@ -6,7 +6,7 @@
 
 use super::errors::{invalid_input, no_exit_available, IntoPyResult};
 use super::exit::PyExit;
-use super::text::{with_key, with_list_utf8, BATCH};
+use super::text::{opt_text, text, with_key, with_list_utf8, BATCH};
 use crate::ring::Ring;
 use parking_lot::RwLock;
 use pyo3::ffi;
@@ -39,18 +39,16 @@ fn empty(py: Python<'_>) -> PyErr {
 }
 
 pub fn extract_replicas(py: Python<'_>, replicas: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let n = super::exit::extract_capacity(py, replicas, "replicas")?;
-    if !(1..=100_000).contains(&n) {
-        return Err(invalid_input(py, format!("replicas {n} is outside 1..=100000")));
-    }
-    Ok(n as u32)
+    let n = super::exit::extract_int(py, replicas, "replicas", 1..=crate::ring::MAX_REPLICAS.into(), "")?;
+    crate::ring::check_replicas(n).py_err(py)
 }
 
 #[pymethods]
 impl PyRing {
     #[new]
-    #[pyo3(signature = (exits=None, *, replicas=None, salt="vnode"))]
-    fn new(py: Python<'_>, exits: Option<&Bound<'_, PyAny>>, replicas: Option<&Bound<'_, PyAny>>, salt: &str) -> PyResult<PyRing> {
+    // `salt`'s default is applied below, where it is read as text; Python's signature keeps it.
+    #[pyo3(signature = (exits=None, *, replicas=None, salt=None), text_signature = "(exits=None, *, replicas=None, salt=\"vnode\")")]
+    fn new(py: Python<'_>, exits: Option<&Bound<'_, PyAny>>, replicas: Option<&Bound<'_, PyAny>>, salt: Option<&Bound<'_, PyString>>) -> PyResult<PyRing> {
         let replicas = match replicas {
             Some(r) => extract_replicas(py, r)?,
             None => crate::ring::DEFAULT_REPLICAS,
@@ -66,7 +64,7 @@ impl PyRing {
             }
         }
         let inners: Vec<Arc<crate::Exit>> = objects.iter().map(|o| o.get().inner.clone()).collect();
-        let salt = salt.to_owned();
+        let salt = opt_text(salt, "salt")?.map_or_else(|| crate::ring::DEFAULT_SALT.to_owned(), |s| s.into_owned());
         // Hashing a large ring takes a while: other Python threads may run meanwhile.
         let ring = py
             .detach(move || Ring::build(replicas, &salt, inners.iter().enumerate().map(|(i, e)| (e.id.as_str(), e.capacity, i as u32))))
@@ -127,9 +125,10 @@ impl PyRing {
     }
 
     /// Removes an exit by id and returns it; only its keys move.
-    fn remove(&self, py: Python<'_>, exit_id: &str) -> PyResult<Py<PyExit>> {
+    fn remove(&self, py: Python<'_>, exit_id: &Bound<'_, PyString>) -> PyResult<Py<PyExit>> {
+        let exit_id = text(exit_id, "exit_id")?;
         let mut state = self.state.write();
-        let handle = state.ring.remove(exit_id).py_err(py)?;
+        let handle = state.ring.remove(&exit_id).py_err(py)?;
         state.free.push(handle);
         state.exits[handle as usize].take().ok_or_else(|| empty(py))
     }
@@ -190,7 +189,8 @@ impl PyRing {
             return Ok(state.ring.node(id).is_some_and(|(h, _)| *state.exit(h).get().inner == *exit.get().inner));
         }
         match item.cast::<PyString>() {
-            Ok(s) => Ok(state.ring.contains(&s.to_cow()?)),
+            // A string that is not valid text is no exit's id.
+            Ok(s) => Ok(s.to_cow().is_ok_and(|id| state.ring.contains(&id))),
             Err(_) => Ok(false),
         }
     }
@@ -269,6 +269,30 @@ fn as_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         Ok(list) => Ok(list.clone()),
         Err(_) => PyList::new(keys.py(), keys.try_iter()?.collect::<PyResult<Vec<_>>>()?),
     }
+}
+
+/// Refuses, as `Pool(exits, replicas=...)` would and without building anything, a ring of
+/// these exits larger than the limit: the config loader names the key to blame by this.
+#[pyfunction]
+#[pyo3(name = "_check_ring_size")]
+pub fn check_ring_size(
+    py: Python<'_>,
+    exits: &Bound<'_, PyAny>,
+    replicas: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let replicas = match replicas {
+        Some(r) if !r.is_none() => extract_replicas(py, r)?,
+        _ => crate::ring::DEFAULT_REPLICAS,
+    };
+    let mut capacities = Vec::new();
+    for item in exits.try_iter()? {
+        let item = item?;
+        let exit = item
+            .cast::<PyExit>()
+            .map_err(|_| invalid_input(py, "a Ring holds Exit objects"))?;
+        capacities.push(exit.get().inner.capacity);
+    }
+    crate::ring::check_capacities(replicas, &capacities).py_err(py)
 }
 
 /// The ring position of a string: the first 8 bytes of its sha256, big-endian.

@@ -1,5 +1,8 @@
-//! Reading Python strings on the hot path.
+//! Reading Python strings: every `str` that crosses into the core is read here, so that one
+//! that is not valid text (a lone surrogate, which has no UTF-8 form) becomes an
+//! `InvalidInput` naming the argument, whichever entry point it came through.
 //!
+//! On the hot path:
 //! Under the abi3-py39 stable ABI PyO3 reads a `str` by encoding it into a new bytes object.
 //! `PyUnicode_AsUTF8AndSize` returns the string's cached UTF-8 without allocating; it is part of
 //! the stable ABI from 3.10 and exported by every CPython since 3.3, so it is called directly
@@ -45,10 +48,62 @@ pub fn with_str<R>(s: &Bound<'_, PyString>, f: impl FnOnce(&str) -> R) -> PyResu
     Ok(f(&cow))
 }
 
+/// The text of the `str` argument `what`, borrowed where the interpreter allows; a string
+/// that is not valid text is an `InvalidInput` naming `what`.
+#[inline]
+pub fn text<'a>(s: &'a Bound<'_, PyString>, what: &str) -> PyResult<Cow<'a, str>> {
+    let read = if fast_path(s.py()) {
+        borrowed_utf8(s).map(Cow::Borrowed)
+    } else {
+        s.to_cow()
+    };
+    read.map_err(|e| not_text(s.py(), what, e))
+}
+
+/// [`text`] for an optional argument.
+pub fn opt_text<'a>(
+    s: Option<&'a Bound<'_, PyString>>,
+    what: &str,
+) -> PyResult<Option<Cow<'a, str>>> {
+    s.map(|s| text(s, what)).transpose()
+}
+
+/// [`text`] for any object that should be a `str`, with a `TypeError` naming what it got.
+pub fn any_text<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, str>> {
+    text(as_str(obj, what)?, what)
+}
+
+/// Checks that a `str` argument is valid text, where it is read later (a lease's key).
+pub fn check_text(s: &Bound<'_, PyString>, what: &str) -> PyResult<()> {
+    text(s, what).map(drop)
+}
+
 /// The same for any object that should be a `str`, with a `TypeError` naming what it got.
 #[inline]
 pub fn with_key<R>(key: &Bound<'_, PyAny>, what: &str, f: impl FnOnce(&str) -> R) -> PyResult<R> {
-    with_str(as_str(key, what)?, f)
+    let s = as_str(key, what)?;
+    with_str(s, f).map_err(|e| not_text(key.py(), what, e))
+}
+
+/// The error for a `str` with no UTF-8 form: names the argument and where the surrogate is,
+/// never the text (which may be a proxy URL with its password).
+#[cold]
+fn not_text(py: Python<'_>, what: &str, err: PyErr) -> PyErr {
+    if !err.is_instance_of::<pyo3::exceptions::PyUnicodeEncodeError>(py) {
+        return err;
+    }
+    let at = err
+        .value(py)
+        .getattr("start")
+        .and_then(|v| v.extract::<usize>())
+        .ok();
+    let place = at.map(|i| format!(" at position {i}")).unwrap_or_default();
+    super::errors::invalid_input(
+        py,
+        format!(
+            "{what} is not valid text: it holds a lone surrogate{place}, which has no UTF-8 form"
+        ),
+    )
 }
 
 /// Calls `f` with the UTF-8 of `list[range]`, items that should be `str`s, read in one go.
@@ -60,7 +115,7 @@ pub fn with_list_utf8<R>(list: &Bound<'_, PyList>, range: Range<usize>, what: &s
     let py = list.py();
     assert!(range.len() <= BATCH, "at most BATCH items at a time");
     if !fast_path(py) {
-        let owned: Vec<String> = range.map(|i| Ok(as_str(&list.get_item(i)?, what)?.to_cow()?.into_owned())).collect::<PyResult<_>>()?;
+        let owned: Vec<String> = range.map(|i| Ok(any_text(&list.get_item(i)?, what)?.into_owned())).collect::<PyResult<_>>()?;
         let texts: Vec<&[u8]> = owned.iter().map(|t| t.as_bytes()).collect();
         return Ok(f(&texts));
     }
@@ -87,7 +142,7 @@ pub fn with_list_utf8<R>(list: &Bound<'_, PyList>, range: Range<usize>, what: &s
         // SAFETY: `s` is a live str.
         let ptr = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
         if ptr.is_null() {
-            return Err(PyErr::fetch(py));
+            return Err(not_text(py, what, PyErr::fetch(py)));
         }
         // SAFETY: CPython guarantees `size` bytes at `ptr`, owned by the string, which the list
         // keeps alive as long as no Python code runs: none does until `f` has returned.
