@@ -468,7 +468,7 @@ def test_a_session_on_a_quarantined_exit_is_lost_loudly_never_moved(clock):
         ({"consecutive": True}, "health consecutive must be a number, got True"),
         ({"half_open_trials": 2.5}, "health half_open_trials must be a whole number, got 2.5"),
         ({"half_open_trials": 0}, "health half_open_trials must be at least 1"),
-        ({"window": -1}, "health window -1 is out of range"),
+        ({"window": -1}, "health window -1 is outside 0..=4294967295"),
         ({"jitter": 1.0}, "health jitter 1 must be in [0, 1)"),
         ({"max_ejected": 0}, "health max_ejected 0 must be in (0, 1]"),
         ({"base_ejection": float("nan")}, "health base_ejection NaN must be a finite number > 0"),
