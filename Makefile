@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo install test test-deps test-rust test-python bench
+.PHONY: help demo install test test-deps test-rust test-python bench docs
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -19,7 +19,7 @@ install: $(BIN)/python ## build the wheel and install it into .venv (with the de
 demo: install ## install, then run the main job: the loopback fleet demo, naive vs exitpool
 	$(BIN)/exitpool demo
 
-test: test-deps test-rust test-python ## install what the tests need and run every test (cargo and pytest)
+test: test-deps docs test-rust test-python ## install what the tests need, build the docs and run every test (cargo and pytest)
 
 test-deps: ## the system packages the tests use, from Debian when missing (chromium, redis-server)
 	bash scripts/test-deps.sh
@@ -34,3 +34,11 @@ test-python: $(BIN)/python test-deps ## build and install the wheel with the tes
 bench: $(BIN)/python ## the benchmarks (release build)
 	$(BIN)/pip install -q ".[bench]"
 	$(BIN)/python bench/ring.py
+
+# The `docs` extra's requirements, quoted for the shell, read from pyproject.toml (their one
+# source): the site needs MkDocs only, not the extension that `pip install ".[docs]"` would build.
+DOCS_REQUIREMENTS = $(shell sed -n 's/^docs = \[\(.*\)\]$$/\1/p' pyproject.toml | tr -d ',')
+
+docs: $(BIN)/python ## build the manual (docs/) into ./site with mkdocs build --strict
+	$(BIN)/pip install -q $(DOCS_REQUIREMENTS)
+	$(BIN)/mkdocs build --strict -d site

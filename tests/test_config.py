@@ -15,7 +15,9 @@ import exitpool
 from exitpool import Cooling, Exit, InvalidInput, ManualClock, NoExitAvailable, Pool, Ring, WarmingUp, load_exits
 from exitpool._config import from_config as _from_config
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CONFIG_PAGE = DOCS / "configuration.md"  # the manual's "Configuration files"
+HEALTH_PAGE = DOCS / "health.md"  # the manual's "Health"
 PASSWORD = "hunter2-S3CRET"
 LIST = f"""\
 # the provider's list
@@ -612,8 +614,8 @@ def test_no_password_in_any_error(tmp_path, text, shown):
 
 
 def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
-    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
-    assert blocks, "the README shows an exitpool.toml in a ```toml block"
+    blocks = re.findall(r"```toml\n(.*?)```", CONFIG_PAGE.read_text(encoding="utf-8"), flags=re.S)
+    assert blocks, "docs/configuration.md shows an exitpool.toml in a ```toml block"
     keywords = re.findall(r"(\w+)=", Pool.__text_signature__)
     documented = "\n".join(blocks)
     missing = [k for k in keywords if k != "clock" and not re.search(rf"^(#? ?{k} =|\[{k}\])", documented, flags=re.M)]
@@ -623,7 +625,7 @@ def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
         assert len(Pool.from_config(write(tmp_path, block))) >= 1
 
 
-# --- the README's key lists are exactly what the loader and the core accept ---
+# --- the manual's key lists are exactly what the loader and the core accept ---
 
 CORE = Path(__file__).resolve().parent.parent / "src" / "py" / "pool.rs"
 EXITS = [Exit("a", "http://gw.example:8000"), Exit("b", "http://gw.example:8001")]
@@ -639,14 +641,12 @@ def core_settings(function):
 
 
 def readme_config_block():
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Configuration files") :]
-    section = section[: section.index("\n## ")]
+    section = CONFIG_PAGE.read_text(encoding="utf-8")
     return section, re.search(r"```toml\n(.*?)```", section, flags=re.S).group(1)
 
 
 def readme_table_keys(block, header):
-    """The keys the README's exitpool.toml shows under `header`, written or commented out."""
+    """The keys the exitpool.toml of docs/configuration.md shows under `header`, written or commented out."""
     lines = block.splitlines()
     start = next(i for i, line in enumerate(lines) if re.match(rf"(# ?)?{re.escape(header)}(\s|$)", line))
     keys = []
@@ -673,7 +673,7 @@ def test_the_readme_lists_exactly_the_health_settings_the_core_accepts():
     accepted = core_settings("extract_health")
     assert len(accepted) >= 20 and sorted(listed) == sorted(accepted)
     # And the defaults table of "Health", which that list points to.
-    health = README.read_text(encoding="utf-8").split("## Health", 1)[1].split("\n## ", 1)[0]
+    health = HEALTH_PAGE.read_text(encoding="utf-8").split("\n## ", 1)[0]  # up to "Probes"
     rows = re.findall(r"^\| (`\w+`(?:, `\w+`)*) \|", health, flags=re.M)
     assert sorted(re.findall(r"`(\w+)`", " ".join(rows))) == sorted(accepted)
     # The binding really takes each (and nothing else), and so does a [health] table.

@@ -1,4 +1,4 @@
-"""The README's main job: the demo's exitpool column beats the naive one on every row."""
+"""The main job (README, docs/demo.md): the demo's exitpool column beats the naive one on every row."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ proxy-list parser, `Exit(...)` or `Pool.from_config`, no input hangs, and a pass
 the inputs never shows in an error, a repr or an exit id. Every run starts from the seeds
 (regressions included) and then explores with a random seed, printed and named in the failure
 message so that a finding can be replayed (EXITPOOL_FUZZ_SEED=N). The longer runs are
-documented in the README ("Fuzzing")."""
+documented in the manual (docs/fuzzing.md)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ HOLDS_A_CAP_SLOT = ("probing", "quarantined", "dead")
 OUT = ("quarantined", "dead")
 RATE_LIMIT_COOLDOWN = 30.0  # the health default when a 429 has no Retry-After
 
-# (release keyword arguments, the outcome class the README's health table gives them).
+# (release keyword arguments, the outcome class the health table of docs/health.md gives them).
 # Exceptions are named by class and made fresh for each release.
 OUTCOMES = (
     ({}, "success"),
@@ -161,7 +161,7 @@ class LeaseRec:
 
 
 class PoolModel(RuleBasedStateMachine):
-    """The pool against the model of the README's rules."""
+    """The pool against the model of the manual's rules."""
 
     # The pool's state: its own (None), or a shared store (a URL) that it then decides through.
     store: "str | None" = None
