@@ -19,7 +19,7 @@ use crate::hash::{position, positions_into};
 use std::collections::HashMap;
 
 pub const DEFAULT_SALT: &str = "vnode";
-/// Points per unit of capacity; the README gives the measured spread behind this choice.
+/// Points per unit of capacity; docs/ring.md gives the measured spread behind this choice.
 pub const DEFAULT_REPLICAS: u32 = 160;
 /// Beyond this many points per unit of capacity the spread no longer narrows measurably.
 pub const MAX_REPLICAS: u32 = 100_000;

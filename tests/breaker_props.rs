@@ -678,7 +678,7 @@ proptest! {
     }
 }
 
-/// The defaults have the hysteresis the README promises: two blocks quarantine, eight
+/// The defaults have the hysteresis docs/health.md promises: two blocks quarantine, eight
 /// successful trials bring the exit back.
 #[test]
 fn the_defaults_take_more_to_leave_quarantine_than_to_enter() {

@@ -224,7 +224,7 @@ proptest! {
 
     /// Capacity is weight: with the default 160 points per unit and 20,000 keys, each exit's
     /// share of keys is its share of capacity units within 40%. The spread of one unit's arcs
-    /// is about 1/sqrt(160) = 8% (one standard deviation; the README measures the extremes of
+    /// is about 1/sqrt(160) = 8% (one standard deviation; docs/ring.md measures the extremes of
     /// 100 exits at 0.73 to 1.24 of the mean), so 40% is 5 sigma: never met by chance, while a
     /// ring that ignored capacity (a capacity-6 exit at a sixth of its share) or miscounted
     /// it by one unit (a capacity-1 exit next to a capacity-6 one at 1.6 times its share) fails.

@@ -14,7 +14,7 @@ Per request the middleware leases an exit for the request's host (the pool's ``s
 (so one exit's credentials can never ride along to another exit), and puts the request in a
 download slot of its own exit, so Scrapy's per-slot concurrency and delays apply per exit.
 Every response and download error is reported to the pool; a banned keyless page is tried
-again on another exit. See the README's Scrapy section for every setting.
+again on another exit. See the manual's Scrapy page (docs/scrapy.md) for every setting.
 
 The priority must be below 750, where Scrapy's ``HttpProxyMiddleware`` runs: that middleware
 must see the proxy this one chose, or it may apply environment proxies first.
@@ -176,7 +176,7 @@ class BanPolicy:
 
 class ExitPoolMiddleware:
     """A Scrapy downloader middleware that routes every request through an exit of an
-    :class:`exitpool.Pool`; see the module docstring and the README.
+    :class:`exitpool.Pool`; see the module docstring and docs/scrapy.md.
 
     ``pool`` is the pool (``pool.snapshot()`` for its health and figures); from a spider:
     ``self.crawler.get_downloader_middleware(ExitPoolMiddleware).pool`` (Scrapy 2.12+).
