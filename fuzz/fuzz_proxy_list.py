@@ -20,8 +20,7 @@ import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant"]):
     import exitpool
-    from _plant import (HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment,
-                        planted_proxy, spaced_proxy)
+    from _plant import HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment, planted_proxy, spaced_proxy
     from exitpool import Exit, InvalidInput, load_exits
 
 MAX_LINES = 8

@@ -138,11 +138,8 @@ impl Waits {
     pub fn quantile(&self, q: f64) -> f64 {
         let waited = self.waited.count() as f64;
         // The histogram decays; scale the immediate count to the same horizon.
-        let immediate = if self.waited_total == 0 {
-            self.immediate as f64
-        } else {
-            self.immediate as f64 * waited / self.waited_total as f64
-        };
+        let immediate =
+            if self.waited_total == 0 { self.immediate as f64 } else { self.immediate as f64 * waited / self.waited_total as f64 };
         let total = immediate + waited;
         if total == 0.0 || q * total <= immediate {
             return 0.0;

@@ -185,7 +185,10 @@ def test_snapshot_shows_the_fleet(store):
 
 
 def test_processes_never_exceed_the_shared_ceiling(redis):
-    procs = [worker("hold", redis.url, "ceil", order, seconds=3.0, hold=0.004, exits=3, pool={"max_leases": 2}) for order in ("forward", "backward", "forward", "backward")]
+    procs = [
+        worker("hold", redis.url, "ceil", order, seconds=3.0, hold=0.004, exits=3, pool={"max_leases": 2})
+        for order in ("forward", "backward", "forward", "backward")
+    ]
     spans = [s for p in procs for s in result(p)["spans"]]
     peak = max_overlap(spans)
     assert len(spans) > 200, "the workers leased too little to say anything"
@@ -409,7 +412,22 @@ def test_bad_store_arguments_are_refused():
 def test_rediss_over_tls(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ],
         check=True,
         capture_output=True,
         timeout=60,

@@ -522,8 +522,7 @@ def test_a_removed_exit_raises_session_exit_lost_until_the_session_ends(clock):
         assert e.value.key == key
         assert e.value.exit_id == "e1"
         assert str(e.value) == (
-            f'session of key "{key}" is bound to exit "e1", but its exit was removed from the pool; '
-            "end it with end_session(key)"
+            f'session of key "{key}" is bound to exit "e1", but its exit was removed from the pool; end it with end_session(key)'
         )
     with pytest.raises(SessionExitLost):
         pool.acquire(key, timeout=0)
@@ -747,8 +746,7 @@ def test_a_subset_shares_sessions_with_the_whole_pool(clock, tagged):
             pytest.fail("the block must not run")
     assert (e.value.key, e.value.exit_id) == (us_key, us_exit)
     assert str(e.value) == (
-        f'session of key "{us_key}" is bound to exit "{us_exit}", but its exit is outside this subset; '
-        "end it with end_session(key)"
+        f'session of key "{us_key}" is bound to exit "{us_exit}", but its exit is outside this subset; end it with end_session(key)'
     )
     assert de.end_session(us_key) is True
     with de.lease(us_key) as lease:

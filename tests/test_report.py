@@ -262,11 +262,19 @@ def test_html_renders_in_headless_chromium(snap_file, tmp_path):
     assert main(["report", str(snap_file), "--html", str(page)]) == 0
     r = subprocess.run(
         [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
-            "--window-size=1400,1000", page.as_uri(),
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1400,1000",
+            page.as_uri(),
         ],
-        capture_output=True, text=True, timeout=90,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert r.returncode == 0 and png.exists(), r.stderr[-2000:]
     width, height, bpp, rows = _read_png(png)
@@ -304,7 +312,10 @@ def test_html_renders_in_headless_chromium(snap_file, tmp_path):
         ("{not json", "not JSON"),
         ("[1, 2]", "not a pool snapshot"),
         ('{"pool": {}, "exits": []}', "not a pool snapshot (no 'matrix')"),
-        ('{"pool": {}, "exits": [], "matrix": {"exits": ["a"], "sites": [], "columns": ["success_rate"], "cells": []}}', "one row of cells per exit"),
+        (
+            '{"pool": {}, "exits": [], "matrix": {"exits": ["a"], "sites": [], "columns": ["success_rate"], "cells": []}}',
+            "one row of cells per exit",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, says):

@@ -277,8 +277,9 @@ def _read_exit(path: Path, table: Dict[str, Any]) -> Exit:
         # from the proxy that Exit refuses is the proxy's fault: the table has no id to blame.
         user = parsed.username
         exit_id = f"{user}@{parsed.host}:{parsed.port}" if user else f"{parsed.host}:{parsed.port}"
-        _exit_or_fail(path + ("proxy",), lambda: Exit(exit_id, proxy),
-                      why=" (the id an [[exit]] without `id` gets: user@host:port of its proxy)")
+        _exit_or_fail(
+            path + ("proxy",), lambda: Exit(exit_id, proxy), why=" (the id an [[exit]] without `id` gets: user@host:port of its proxy)"
+        )
     _exit_or_fail(path + ("ip",), lambda: Exit(exit_id, proxy, ip=ip))
     _exit_or_fail(path + ("capacity",), lambda: Exit(exit_id, proxy, capacity=capacity))
     _exit_or_fail(path + ("tags",), lambda: Exit(exit_id, proxy, tags=tags))
@@ -292,8 +293,9 @@ def _exit_or_fail(path: Path, make: Callable[[], Exit], why: str = "") -> Exit:
         raise _ConfigError(path, _strip_key(path[-1:], str(e)) + why) from None
 
 
-def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]],
-               doc: Dict[str, Any], overrides: Dict[str, Any]) -> Any:
+def _construct(
+    cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]], doc: Dict[str, Any], overrides: Dict[str, Any]
+) -> Any:
     try:
         return cls([e for _, e in exits], **options)
     except (ValueError, TypeError, OverflowError) as e:  # InvalidInput is a ValueError
@@ -386,7 +388,7 @@ def _strip_key(path: Path, message: str) -> str:
     """'health window must be ...' at key health.window reads 'must be ...'."""
     for prefix in (" ".join(map(str, path)) + " ", _dotted(path) + " "):
         if message.startswith(prefix):
-            return message[len(prefix):]
+            return message[len(prefix) :]
     return message
 
 

@@ -3,8 +3,25 @@
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "MAX_REPLICAS", "MAX_RING_POINTS", "BLOCK_STATUSES", "Exit", "Ring", "Pool", "Lease", "ManualClock",
-           "_parse_exits", "_mask_raw", "_position", "_check_ring_size", "_flush_stores", "_before_fork", "_after_fork"]
+__all__ = [
+    "__version__",
+    "DEFAULT_REPLICAS",
+    "MAX_REPLICAS",
+    "MAX_RING_POINTS",
+    "BLOCK_STATUSES",
+    "Exit",
+    "Ring",
+    "Pool",
+    "Lease",
+    "ManualClock",
+    "_parse_exits",
+    "_mask_raw",
+    "_position",
+    "_check_ring_size",
+    "_flush_stores",
+    "_before_fork",
+    "_after_fork",
+]
 
 __version__: str
 DEFAULT_REPLICAS: int

@@ -196,9 +196,7 @@ class ExitPoolMiddleware:
     ) -> None:
         unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES)
         if unsupported:
-            raise InvalidInput(
-                f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}"
-            )
+            raise InvalidInput(f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}")
         if not _is_count(ban_retries):
             raise InvalidInput(f"EXITPOOL_BAN_RETRIES {ban_retries!r}: need an int >= 0")
         if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):

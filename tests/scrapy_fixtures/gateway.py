@@ -22,8 +22,7 @@ class Gateway:
     def __init__(self, users: Dict[str, Tuple[str, object]]) -> None:
         """``users``: user name -> (password, testbed Proxy to leave through)."""
         self._routes = {
-            "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(): (user, proxy)
-            for user, (password, proxy) in users.items()
+            "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(): (user, proxy) for user, (password, proxy) in users.items()
         }
         self.requests: collections.Counter = collections.Counter()  # per user
         self.auth_failures = 0

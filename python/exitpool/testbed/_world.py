@@ -66,13 +66,9 @@ class Testbed:
         unknown = set(site_options) - {"rate", "burst", "ban_after", "ban_window", "ban_ttl", "captcha_rate", "seed"}
         if unknown:
             raise TypeError(f"unknown Testbed options: {sorted(unknown)}")
-        self.proxies: List[Proxy] = [
-            Proxy(f"exit-{i}", source_ip=ip, user=f"user{i}", timeout=timeout) for i, ip in enumerate(source_ips)
-        ]
+        self.proxies: List[Proxy] = [Proxy(f"exit-{i}", source_ip=ip, user=f"user{i}", timeout=timeout) for i, ip in enumerate(source_ips)]
         seed = site_options.pop("seed", None)
-        self.sites: List[Site] = [
-            Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)
-        ]
+        self.sites: List[Site] = [Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)]
         self.controls: List[Control] = [Control(f"control-{i}") for i in range(n_controls)]
         self.exits: List[Exit] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
