@@ -114,7 +114,7 @@ class PureLeaseBlock:
 
     __slots__ = ("pool", "key", "lease")
 
-    def __init__(self, pool: "PurePool", key):
+    def __init__(self, pool: PurePool, key):
         self.pool = pool
         self.key = key
         self.lease = None

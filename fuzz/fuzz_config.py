@@ -24,9 +24,9 @@ import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant", "tomllib"]):
     import tomllib
+    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
 
     import exitpool
-    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
     from exitpool import InvalidInput, Pool
     from exitpool._config import _KeyLines
 

@@ -12,15 +12,15 @@ README's "Fuzzing" section has the commands.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 
 import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant"]):
-    import exitpool
     from _plant import HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment, planted_proxy, spaced_proxy
+
+    import exitpool
     from exitpool import Exit, InvalidInput, load_exits
 
 MAX_LINES = 8

@@ -30,7 +30,6 @@ from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool
 from exitpool import aiohttp as ep_aiohttp
 from exitpool import httpx as ep_httpx
 from exitpool import requests as ep_requests
-from exitpool.testbed import Testbed
 
 T = 5.0  # every client call is bounded
 SWITCH = 1e-5

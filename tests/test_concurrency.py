@@ -36,7 +36,6 @@ import threading
 import time
 
 import pytest
-from redis_server import RedisServer
 
 from exitpool import (
     Cooling,
@@ -49,6 +48,7 @@ from exitpool import (
     SessionExitLost,
     UnknownExit,
 )
+from redis_server import RedisServer
 
 PW = "s3cret-pw"
 MAX_LEASES = 2

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from redis_server import RedisServer
 
 import exitpool
 from exitpool import Exit, Pool
+from redis_server import RedisServer
 
 WORKER = Path(__file__).parent / "fleet" / "worker.py"
 

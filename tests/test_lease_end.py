@@ -16,10 +16,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_server import RedisServer
 
-from exitpool import Cooling, Exit, InvalidInput, ManualClock, NoExitAvailable, Pool, load_exits
+from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool, load_exits
 from exitpool._core import BLOCK_STATUSES
+from redis_server import RedisServer
 
 
 def make_exits(n, **kw):

@@ -177,7 +177,7 @@ class PoolModel(RuleBasedStateMachine):
     """The pool against the model of the README's rules."""
 
     # The pool's state: its own (None), or a shared store (a URL) that it then decides through.
-    store: "str | None" = None
+    store: str | None = None
     # Whether the clock may move. A Redis store keeps the server's time, which a manual clock
     # cannot move, so on Redis the machine runs without TTLs passing.
     advances = True
@@ -620,7 +620,7 @@ class RedisStoreModel(PoolModel):
         return _redis_url()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _redis_url() -> str:
     import atexit
     import tempfile

@@ -4,7 +4,6 @@ terminal report, the HTML report, reprs), then a search for the password in all 
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 

@@ -173,7 +173,7 @@ def _aiohttp_connector_error(cls):
 EXCEPTIONS = [
     # The standard library.
     (lambda: TimeoutError("timed out"), "timeout"),
-    (lambda: socket.timeout("timed out"), "timeout"),
+    (lambda: TimeoutError("timed out"), "timeout"),
     (lambda: asyncio.TimeoutError(), "timeout"),
     (lambda: ConnectionError("boom"), "connect"),
     (lambda: ConnectionRefusedError(111, "refused"), "connect"),

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 import exitpool
-from exitpool import Exit, ManualClock, Pool
-from exitpool import _report
+from exitpool import Exit, ManualClock, Pool, _report
 from exitpool._cli import main
 
 PASSWORD = "s3cret-pw"

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 import exitpool
 from exitpool import Exit, InvalidInput, NoExitAvailable, Ring, UnknownExit
 
-
 # --- the reference ring -------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from ._exits import load_exits
 class _Parser(argparse.ArgumentParser):
     """argparse that fails with one line and exit status 2, like the rest of the command."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:  # type: ignore[name-defined]  # noqa: F821
         self.exit(2, f"exitpool: {message}\n")
 
 

@@ -14,7 +14,6 @@ import datetime
 import os
 import re
 import stat
-import sys
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -77,7 +76,7 @@ class _OverrideError(Exception):
         self.message = message
 
 
-def from_config(cls: Callable[..., Any], path: Union[str, "os.PathLike[str]"], **overrides: Any) -> Any:
+def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **overrides: Any) -> Any:
     """Build ``cls(exits, **options)`` from the TOML file at ``path``.
 
     ``overrides`` are keywords of ``Pool(...)`` given in code (``clock=ManualClock()`` in tests);
@@ -508,7 +507,7 @@ class _KeyLines:
         self.newlines = [m.start() for m in re.finditer("\n", text)]
 
     @classmethod
-    def scan(cls, text: str) -> "_KeyLines":
+    def scan(cls, text: str) -> _KeyLines:
         lines = cls(text)
         try:
             lines._document()

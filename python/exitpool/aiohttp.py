@@ -239,7 +239,7 @@ class _LeasedRequest:
 
     def __init__(
         self,
-        owner: "ExitSession",
+        owner: ExitSession,
         method: str,
         url: URL,
         key: Optional[str],
@@ -468,7 +468,7 @@ class ExitSession:
         if session is not None:
             await session.close()
 
-    async def __aenter__(self) -> "ExitSession":
+    async def __aenter__(self) -> ExitSession:
         self._open()
         return self
 

@@ -165,7 +165,7 @@ def _parse_ip(body: bytes) -> Optional[str]:
         return None
 
 
-async def _read_capped(resp: "aiohttp.ClientResponse") -> Optional[bytes]:
+async def _read_capped(resp: aiohttp.ClientResponse) -> Optional[bytes]:
     chunks: List[bytes] = []
     size = 0
     while True:
@@ -178,7 +178,7 @@ async def _read_capped(resp: "aiohttp.ClientResponse") -> Optional[bytes]:
         chunks.append(chunk)
 
 
-async def _one(session: "aiohttp.ClientSession", exit: Exit, url: str, proxy: str, auth: Optional[str], timeout: float) -> EndpointResult:
+async def _one(session: aiohttp.ClientSession, exit: Exit, url: str, proxy: str, auth: Optional[str], timeout: float) -> EndpointResult:
     headers = {"Accept": "application/json, text/plain;q=0.5"}
     proxy_headers = None
     if auth is not None:
@@ -268,7 +268,7 @@ def _seconds(name: str, value: Any, *, positive: bool) -> float:
     return v
 
 
-def _session() -> "aiohttp.ClientSession":
+def _session() -> aiohttp.ClientSession:
     # A fresh connection per probe (a kept-alive tunnel would not show a new exit address), no
     # cookies, and no proxy from the environment.
     return aiohttp.ClientSession(
@@ -319,7 +319,7 @@ async def probe(
     exit: Exit,
     urls: Union[str, Iterable[str]],
     *,
-    session: Optional["aiohttp.ClientSession"] = None,
+    session: Optional[aiohttp.ClientSession] = None,
     timeout: float = 6.0,
     quorum: Optional[int] = None,
 ) -> ProbeResult:
@@ -411,7 +411,7 @@ class ProbeLoop:
         quorum: Optional[int] = None,
         stagger: Optional[float] = None,
         controls: int = 2,
-        session: Optional["aiohttp.ClientSession"] = None,
+        session: Optional[aiohttp.ClientSession] = None,
     ) -> None:
         self.pool = pool
         self.urls = _urls(urls)
@@ -428,8 +428,8 @@ class ProbeLoop:
         self.stagger = min(3.0, self.interval[0] / 10) if stagger is None else _seconds("stagger", stagger, positive=False)
         self._rng = random.Random(seed)
         self._session = session
-        self._own_session: Optional["aiohttp.ClientSession"] = None
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._own_session: Optional[aiohttp.ClientSession] = None
+        self._task: Optional[asyncio.Task[None]] = None
         self._warned: set = set()
         #: Rounds run so far.
         self.rounds = 0
@@ -460,7 +460,7 @@ class ProbeLoop:
                 logger.warning("probe: exit %s is a %s proxy, which exitpool.probe cannot speak to; not probed", e.exit_id, e.scheme)
         return ok, skipped
 
-    async def _probe_all(self, exits: Sequence[Exit], session: "aiohttp.ClientSession", stagger: float) -> List[ProbeResult]:
+    async def _probe_all(self, exits: Sequence[Exit], session: aiohttp.ClientSession, stagger: float) -> List[ProbeResult]:
         sem = asyncio.Semaphore(self.concurrency)
         offsets = [self._rng.uniform(0.0, stagger) if stagger > 0 else 0.0 for _ in exits]
 
@@ -573,7 +573,7 @@ class ProbeLoop:
             session, self._own_session = self._own_session, None
             await session.close()
 
-    async def __aenter__(self) -> "ProbeLoop":
+    async def __aenter__(self) -> ProbeLoop:
         self.start()
         return self
 

@@ -29,7 +29,7 @@ class Gateway:
         self.port: Optional[int] = None
         self._server: Optional[asyncio.AbstractServer] = None
 
-    async def start(self) -> "Gateway":
+    async def start(self) -> Gateway:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

@@ -38,7 +38,7 @@ def render_terminal(
     (or ``max_sites``) are shown, with a note saying what was left out."""
     _require_rich()
     from rich import box
-    from rich.console import Console, Group
+    from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text

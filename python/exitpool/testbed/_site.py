@@ -18,7 +18,6 @@ from aiohttp import web
 
 from ._app import _AppServer, _client_ip
 
-
 _CAPTCHA_PAGE = """<!doctype html>
 <html><head><title>Are you a robot?</title></head>
 <body><div id="captcha" class="g-recaptcha">Please solve this captcha to continue.</div></body></html>
