@@ -170,7 +170,8 @@ def main() -> None:
         print("the previous release riding along):", ", ".join(f"{k} {v:.1f} us" for k, v in stats.items()))
         worst = min(ratios.values())
         print(
-            f"target: per process at least 40% of redis-benchmark's single-client rate: {'PASS' if worst >= 0.40 else 'MISS'} ({worst:.1%} at worst)"
+            f"target: per process at least 40% of redis-benchmark's single-client rate: "
+            f"{'PASS' if worst >= 0.40 else 'MISS'} ({worst:.1%} at worst)"
         )
         print(json.dumps({"redis_get_rate": floor, "pairs_per_second": results, "vs_get": ratios, "server_us_per_call": stats}))
     finally:

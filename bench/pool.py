@@ -498,22 +498,22 @@ def main() -> int:
     clock = ManualClock()
 
     def loop_only():
-        for k in seq:
+        for _k in seq:
             pass
 
     def noop0():
         f = clock.now
-        for k in seq:
+        for _k in seq:
             f()
 
     def noop1():
         f = clock.advance
-        for k in seq:
+        for _k in seq:
             f(0.0)
 
     def pool_now():
         f = ep.now
-        for k in seq:
+        for _k in seq:
             f()
 
     def call_each(fn):
@@ -558,7 +558,7 @@ def main() -> int:
 
         def run():
             release = pool.release
-            for k in seq:
+            for _k in seq:
                 release(lease)
 
         return run

@@ -181,7 +181,7 @@ def comprehension(f):
 
 
 def empty_loop(keys):
-    for k in keys:
+    for _k in keys:
         pass
 
 

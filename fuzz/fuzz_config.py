@@ -264,7 +264,9 @@ def _structured(fdp) -> None:
         check_no_plant("an error message", message)
         m = re.match(re.escape(_CONFIG) + r":(\d+): ([^:]+?): ", message)
         if m and m.group(2) in doc.where and int(m.group(1)) != doc.where[m.group(2)]:
-            raise CheckFailed(f"key {m.group(2)} is on line {doc.where[m.group(2)]}, the error says: {message}\n" + "\n".join(doc.lines))
+            raise CheckFailed(
+                f"key {m.group(2)} is on line {doc.where[m.group(2)]}, the error says: {message}\n" + "\n".join(doc.lines)
+            ) from None
         return
     _check_pool(pool)
 

@@ -4,7 +4,8 @@ Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit rebuilds 
 from its id, URL and fields to the same exit; the planted password (see _plant.py) never
 appears in an error message, a repr, a str, a masked URL or an exit id, even where a line puts
 a proxy in the id column; and where the password is cut by a space or another separator (a
-password with a space splits a line into tokens), no piece of it of 4 characters or more does. Inputs are capped (`-max_len`), so a hang is a finding too
+password with a space splits a line into tokens), no piece of it of 4 characters or more does.
+Inputs are capped (`-max_len`), so a hang is a finding too
 (`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options; the
 README's "Fuzzing" section has the commands.
 """

@@ -363,7 +363,7 @@ def test_httpx_clients_one_per_exit_reused_and_closed(exitpool_testbed, no_leaks
     pool = Pool(tb.exits)
     clients_of: Dict[str, set] = {}
     with ep_httpx.Clients(timeout=T) as clients:
-        for round_ in range(3):
+        for _round in range(3):
             for i in range(8):
                 with pool.lease(f"acct-{i}") as lease:
                     c = clients.client(lease)

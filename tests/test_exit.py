@@ -614,7 +614,8 @@ INT_ARGUMENTS = {
     "Pool seed": (lambda n: _pool(seed=n), "seed", 0, U64),
     "Pool.events since": (lambda n: _pool().events(n), "since", 0, U64),
     **{
-        f"Pool health {k}": ((lambda k: lambda n: _pool(health={k: n}))(k), f"health {k}", 0, U32)
+        # The outer lambda binds k now (ruff's B023 does not see through the immediate call).
+        f"Pool health {k}": ((lambda k: lambda n: _pool(health={k: n}))(k), f"health {k}", 0, U32)  # noqa: B023
         for k in (
             "window",
             "min_calls",

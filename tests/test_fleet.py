@@ -338,7 +338,7 @@ def test_script_cache_flushed_mid_run(redis):
     for i in range(20):
         if i == 10:
             assert redis.cli("SCRIPT", "FLUSH").strip() == "OK"
-        with pool.lease() as lease:
+        with pool.lease():
             pass
     assert "store_unavailable" not in kinds
     assert pool.snapshot()["store"]["online"] is True
@@ -380,7 +380,7 @@ def test_credentials_of_the_store_stay_secret(tmp_path):
     server = RedisServer(tmp_path, password="s3cr3t-Pa55").start()
     try:
         pool = Pool(exits(2), store=server.url, namespace="pw")
-        with pool.lease() as lease:
+        with pool.lease():
             pass
         with pytest.raises(exitpool.InvalidInput) as wrong:  # refused, not served from local state
             Pool(exits(2), store=server.url.replace("s3cr3t-Pa55", "wrong-Pa55"), namespace="pw")

@@ -658,7 +658,7 @@ def test_scenario_incident_without_avalanche(clock):
     worst = 0
     recovered_at = None
     seen_after = set()
-    for step in range(2400):
+    for _step in range(2400):
         clock.advance(0.25)
         failing = clock.now() <= 120.0
         try:
@@ -736,7 +736,7 @@ def test_adaptive_weight_is_neutral_until_20_reports_then_follows_success_square
 
 def test_adaptive_weight_slows_a_slow_exit(clock):
     pool = make_pool(3, clock=clock, strategy="weighted")
-    for n in range(20):
+    for _n in range(20):
         hit(pool, "e0", SHOP, status=200, latency=3.0)  # twice the 1.5 s par: half weight
         hit(pool, "e1", SHOP, status=200, latency=0.2)
     got = served(pool, SHOP, 500, error="other")
@@ -875,7 +875,7 @@ def test_no_proxy_password_in_any_event_or_message(clock):
             texts.append(str(c))
             continue
         pool.release(lease, status=403 if step < 120 else 200)
-    for step in range(60):
+    for _step in range(60):
         clock.advance(0.1)
         pool.release(pool.acquire(site="net.example", timeout=0), error="connect")
     pool.recalibrate()

@@ -107,7 +107,7 @@ def test_a_lease_is_not_usable_before_entering_nor_twice(pool):
     lease = pool.lease("k")
     assert lease.strategy is None and lease.active is False
     with pytest.raises(InvalidInput) as e:
-        lease.exit_id
+        _ = lease.exit_id
     assert str(e.value) == "this lease has not been acquired yet: use it inside `with pool.lease(...)`"
     with lease:
         pass
@@ -593,7 +593,7 @@ def test_max_leases_is_never_exceeded(clock):
 def test_keyless_leases_skip_full_exits(clock):
     pool = Pool(make_exits(3), clock=clock, max_leases=1)
     held = [pool.acquire(timeout=0) for _ in range(3)]
-    assert sorted(l.exit_id for l in held) == ["e0", "e1", "e2"]
+    assert sorted(lease.exit_id for lease in held) == ["e0", "e1", "e2"]
     with pytest.raises(NoExitAvailable):
         pool.acquire(timeout=0)
     pool.release(held[1])
@@ -699,7 +699,7 @@ def test_a_subset_only_leases_matching_exits(clock, tagged):
             assert lease.exit_id.startswith("de")
     de_dc = pool.subset(country="DE", kind="dc")
     assert sorted(e.exit_id for e in de_dc.exits) == ["de2", "de3"]
-    for i in range(30):
+    for _ in range(30):
         with de_dc.lease() as lease:
             assert lease.exit_id in ("de2", "de3")
     nowhere = pool.subset(country="FR")

@@ -137,13 +137,13 @@ def test_cli_report_in_the_terminal(snap_file, capsys):
     # The exits table puts the worst state first; the heatmap marks the incident site and
     # sums rows and columns.
     lines = out.splitlines()
-    table = lines.index(next(l for l in lines if l.startswith("exits by state")))
-    first_exit = next(l for l in lines[table + 3 :] if l.strip())
+    table = lines.index(next(line for line in lines if line.startswith("exits by state")))
+    first_exit = next(line for line in lines[table + 3 :] if line.strip())
     assert first_exit.split()[0] == BAD_EXIT
     assert f"!{BAD_SITE}" in out
-    (row,) = [l for l in lines if l.startswith(BAD_EXIT + " ") and "sites" in l]
+    (row,) = [line for line in lines if line.startswith(BAD_EXIT + " ") and "sites" in line]
     assert row.rstrip().endswith("4/4 sites")
-    assert "10/10" in next(l for l in lines if l.startswith("fails on"))
+    assert "10/10" in next(line for line in lines if line.startswith("fails on"))
 
 
 def test_cli_report_via_subprocess_reads_stdin(snap_file):

@@ -501,7 +501,7 @@ def test_scrapy_httpproxymiddleware_keeps_each_exits_own_credentials():
 
     request = Request("http://shop.example/p/1")
     seen = []
-    for attempt in range(4):  # round_robin: a, b, c, a; each retry copy comes back through both
+    for _attempt in range(4):  # round_robin: a, b, c, a; each retry copy comes back through both
         run(mw.process_request(request))
         httpproxy.process_request(request)
         exit_id = request.meta["exitpool_exit"]

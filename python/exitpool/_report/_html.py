@@ -17,7 +17,8 @@ from ._verdict import FAIL_BELOW
 
 _CSS = """
 *{box-sizing:border-box}
-body{margin:0;padding:18px 24px;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d1d1f;background:#f6f7f9}
+body{margin:0;padding:18px 24px;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+  color:#1d1d1f;background:#f6f7f9}
 h1{font-size:20px;margin:0 8px 0 0;display:inline-block}
 h2{font-size:15px;margin:18px 0 6px}
 .meta{color:#666;display:inline-block}
@@ -41,7 +42,8 @@ table{border-collapse:collapse}
 table.heat td.c{width:46px;min-width:46px;height:24px;text-align:center;font-size:12px;font-weight:600;border:1px solid #f6f7f9}
 table.heat td.c.nd{color:#888}
 table.heat th.site{vertical-align:bottom;font-weight:600;font-size:12px;padding:0 0 4px}
-table.heat th.site div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;margin:0 auto;max-height:160px;overflow:hidden;text-overflow:ellipsis}
+table.heat th.site div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;
+  margin:0 auto;max-height:160px;overflow:hidden;text-overflow:ellipsis}
 table.heat th.site.inc div,table.heat th.site.bad div{color:#7a1010}
 table.heat th.site .mark{display:block;color:#7a1010;font-size:14px;line-height:16px}
 table.heat th.exit{text-align:right;padding:0 8px 0 0;font-weight:600;font-size:12px;white-space:nowrap}
@@ -188,7 +190,8 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w('<tr class="bad">' if bad else "<tr>")
         w(f'<td class="id">{esc(e["exit_id"])}</td><td class="proxy">{esc(str(e.get("proxy", "")))}</td>')
         w(
-            f'<td style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">{esc(state)}{" (benched)" if e.get("benched") is True else ""}</td>'
+            f'<td style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">'
+            f"{esc(state)}{' (benched)' if e.get('benched') is True else ''}</td>"
         )
         w(f'<td class="n">{_age(e.get("time_in_state"))}</td>')
         if rate is None:

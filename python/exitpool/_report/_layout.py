@@ -83,7 +83,8 @@ class _Layout:
             ("wait p99", f"{_secs(wait.get('p99'))} (p50 {_secs(wait.get('p50'))})"),
             (
                 "sessions",
-                f"{_int(p.get('sessions', self.snap.get('sessions')))} sessions · {_int(p.get('live_leases', self.snap.get('live_leases')))} live leases",
+                f"{_int(p.get('sessions', self.snap.get('sessions')))} sessions · "
+                f"{_int(p.get('live_leases', self.snap.get('live_leases')))} live leases",
             ),
         ]
 
