@@ -230,8 +230,7 @@ mod tests {
 
     #[test]
     fn waits_count_immediate_leases_as_zero() {
-        let mut w = Waits::default();
-        w.immediate = 98;
+        let mut w = Waits { immediate: 98, ..Waits::default() };
         for _ in 0..2 {
             w.waited.record(0.5);
             w.waited_total += 1;
