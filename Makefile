@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo install test test-deps test-rust test-python bench docs
+.PHONY: help demo install dev lint test test-deps test-rust test-python bench docs
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -13,13 +13,24 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-install: $(BIN)/python ## build the wheel and install it into .venv (with the demo's extras)
+install: $(BIN)/python ## build the release wheel and install it into .venv (with the demo's extras)
 	$(BIN)/pip install -q ".[aiohttp,report]"
 
 demo: install ## install, then run the main job: the loopback fleet demo, naive vs exitpool
 	$(BIN)/exitpool demo
 
-test: test-deps docs test-rust test-python ## install what the tests need, build the docs and run every test (cargo and pytest)
+dev: $(BIN)/python ## a quick (dev profile, unoptimised) build installed into .venv with the test extras
+	MATURIN_PEP517_ARGS="--profile dev" $(BIN)/pip install -q ".[test]"
+
+# Clippy with the python feature compiles the PyO3 bindings, which need an interpreter to build against.
+lint: dev ## rustfmt, clippy (every target, python feature, warnings are errors), ruff, mypy
+	cargo fmt --check
+	PYO3_PYTHON=$(abspath $(BIN))/python cargo clippy --all-targets --features python -- -D warnings
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy --cache-dir target/mypy-cache python/exitpool
+
+test: test-deps docs test-rust lint test-python ## install what the tests need, build the docs, lint, and run every test (cargo and pytest)
 
 test-deps: ## the system packages the tests use, from Debian when missing (chromium, redis-server)
 	bash scripts/test-deps.sh
@@ -27,8 +38,7 @@ test-deps: ## the system packages the tests use, from Debian when missing (chrom
 test-rust: test-deps ## the pure core's tests (no Python involved; the store suite starts redis-server)
 	cargo test --quiet
 
-test-python: $(BIN)/python test-deps ## build and install the wheel with the test extras, then pytest
-	$(BIN)/pip install -q ".[test]"
+test-python: dev test-deps ## a quick build with the test extras (see dev), then pytest
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/python ## the benchmarks (release build)

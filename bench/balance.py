@@ -86,18 +86,24 @@ def main() -> int:
     started = time.perf_counter()
 
     print(f"exitpool {exitpool.__version__} session balance - Python {platform.python_version()}")
-    print(f"{n_keys:,} keys, each leased once, all sessions live; {exitpool.DEFAULT_REPLICAS} ring points "
-          "per unit of capacity; load = sessions / capacity-weighted share\n")
-    head = (f"{'pool':<24}{'balance_factor':>15}{'max/mean':>10}{'min/mean':>10}{'stdev':>8}"
-            f"{'walked past ring':>18}{f'after {EARLY:,}':>12}{'busiest exit':>18}")
+    print(
+        f"{n_keys:,} keys, each leased once, all sessions live; {exitpool.DEFAULT_REPLICAS} ring points "
+        "per unit of capacity; load = sessions / capacity-weighted share\n"
+    )
+    head = (
+        f"{'pool':<24}{'balance_factor':>15}{'max/mean':>10}{'min/mean':>10}{'stdev':>8}"
+        f"{'walked past ring':>18}{f'after {EARLY:,}':>12}{'busiest exit':>18}"
+    )
     print(head)
     print("-" * len(head))
     for name, caps in shapes():
         for factor in FACTORS:
             r = measure(caps, n_keys, factor)
             walked = f"{r['walked']:,} ({r['walked'] / n_keys:.1%})"
-            print(f"{name:<24}{'off' if factor is None else format(factor, 'g'):>15}{r['max']:>10.3f}"
-                  f"{r['min']:>10.3f}{r['stdev']:>8.3f}{walked:>18}{r['walked_late']:>12,}{r['busiest']:>18}")
+            print(
+                f"{name:<24}{'off' if factor is None else format(factor, 'g'):>15}{r['max']:>10.3f}"
+                f"{r['min']:>10.3f}{r['stdev']:>8.3f}{walked:>18}{r['walked_late']:>12,}{r['busiest']:>18}"
+            )
         print("-" * len(head))
     print("With a factor c, no exit takes a new session once it holds ceil(c x its share of the live")
     print("sessions, counting the new one); max/mean stays at or under c (up to that rounding).")

@@ -52,7 +52,7 @@ print(n / (time.perf_counter() - start), pool.snapshot()["store"]["online"])
 # Two CPUs or more: the server on the first, every client (redis-benchmark and the workers
 # alike) on the second, so that no run's figure depends on where the scheduler put whom.
 PINNED = hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2
-SERVER_CPU, CLIENT_CPU = (sorted(os.sched_getaffinity(0))[:2] if PINNED else (None, None))
+SERVER_CPU, CLIENT_CPU = sorted(os.sched_getaffinity(0))[:2] if PINNED else (None, None)
 
 
 def pin(cpu):
@@ -69,7 +69,11 @@ def free_port() -> int:
 def redis_benchmark(port: int, tests: str) -> dict:
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-c", "1", "-n", "30000", "-t", tests, "--csv"],
-        capture_output=True, text=True, timeout=300, check=True, preexec_fn=pin(CLIENT_CPU),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        preexec_fn=pin(CLIENT_CPU),
     ).stdout
     rates = {}
     for line in out.splitlines()[1:]:
@@ -90,7 +94,12 @@ def server_time(port: int) -> dict:
 
 def leases(url: str, seconds: float, procs: int, keyed: bool) -> list:
     ps = [
-        subprocess.Popen([sys.executable, "-c", WORKER, url, str(seconds), "1" if keyed else "0"], stdout=subprocess.PIPE, text=True, preexec_fn=pin(CLIENT_CPU))
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, str(seconds), "1" if keyed else "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=pin(CLIENT_CPU),
+        )
         for _ in range(procs)
     ]
     rates = []
@@ -109,7 +118,9 @@ def main() -> None:
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL, preexec_fn=pin(SERVER_CPU)
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        preexec_fn=pin(SERVER_CPU),
     )
     try:
         deadline = time.monotonic() + 10
@@ -137,7 +148,9 @@ def main() -> None:
             four[f"{'keyed' if keyed else 'keyless'}, 4 processes"] = sum(rates) / len(rates)
         floor = statistics.median(base)
         where = f"server on CPU {SERVER_CPU}, clients on CPU {CLIENT_CPU}" if PINNED else "not pinned (one CPU)"
-        print(f"redis-benchmark -c 1 GET, {args.rounds} rounds: median {floor:,.0f}/s, range {min(base):,.0f} to {max(base):,.0f}/s ({where})")
+        print(
+            f"redis-benchmark -c 1 GET, {args.rounds} rounds: median {floor:,.0f}/s, range {min(base):,.0f} to {max(base):,.0f}/s ({where})"
+        )
         print(f"one round trip: {1e6 / floor:.0f} us at the median\n")
         print(f"{'lease pairs':<24}{'per process':>13}{'vs GET, median':>16}{'range of rounds':>18}{'us per pair':>13}")
         results: dict = {}
@@ -146,7 +159,9 @@ def main() -> None:
             rs = [rate / get for rate, get in runs]
             results[name] = statistics.median(rate for rate, _ in runs)
             ratios[name] = statistics.median(rs)
-            print(f"{name:<24}{results[name]:>13,.0f}{ratios[name]:>15.1%}{f'{min(rs):.0%} to {max(rs):.0%}':>18}{1e6 / results[name]:>13.0f}")
+            print(
+                f"{name:<24}{results[name]:>13,.0f}{ratios[name]:>15.1%}{f'{min(rs):.0%} to {max(rs):.0%}':>18}{1e6 / results[name]:>13.0f}"
+            )
         for name, per in four.items():
             results[name] = per
             print(f"{name:<24}{per:>13,.0f}{per / floor:>15.1%}{'(one run)':>18}{1e6 / per:>13.0f}")
@@ -154,7 +169,10 @@ def main() -> None:
         print("\nserver time per call (INFO commandstats, whole run; evalsha is mostly a take with")
         print("the previous release riding along):", ", ".join(f"{k} {v:.1f} us" for k, v in stats.items()))
         worst = min(ratios.values())
-        print(f"target: per process at least 40% of redis-benchmark's single-client rate: {'PASS' if worst >= 0.40 else 'MISS'} ({worst:.1%} at worst)")
+        print(
+            f"target: per process at least 40% of redis-benchmark's single-client rate: "
+            f"{'PASS' if worst >= 0.40 else 'MISS'} ({worst:.1%} at worst)"
+        )
         print(json.dumps({"redis_get_rate": floor, "pairs_per_second": results, "vs_get": ratios, "server_us_per_call": stats}))
     finally:
         server.kill()

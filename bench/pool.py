@@ -114,7 +114,7 @@ class PureLeaseBlock:
 
     __slots__ = ("pool", "key", "lease")
 
-    def __init__(self, pool: "PurePool", key):
+    def __init__(self, pool: PurePool, key):
         self.pool = pool
         self.key = key
         self.lease = None
@@ -129,14 +129,11 @@ class PureLeaseBlock:
 
 
 class PurePool:
-    def __init__(self, exits, *, replicas=160, session_ttl=900.0, lease_ttl=120.0, max_leases=None,
-                 clock=time.monotonic):
+    def __init__(self, exits, *, replicas=160, session_ttl=900.0, lease_ttl=120.0, max_leases=None, clock=time.monotonic):
         self.exits = list(exits)
         n = len(self.exits)
         points = sorted(
-            (ring_position(f"vnode:{e.exit_id}:{v}"), i)
-            for i, e in enumerate(self.exits)
-            for v in range(max(1, e.capacity) * replicas)
+            (ring_position(f"vnode:{e.exit_id}:{v}"), i) for i, e in enumerate(self.exits) for v in range(max(1, e.capacity) * replicas)
         )
         self._positions = [p for p, _ in points]
         self._owners = [i for _, i in points]
@@ -501,22 +498,22 @@ def main() -> int:
     clock = ManualClock()
 
     def loop_only():
-        for k in seq:
+        for _k in seq:
             pass
 
     def noop0():
         f = clock.now
-        for k in seq:
+        for _k in seq:
             f()
 
     def noop1():
         f = clock.advance
-        for k in seq:
+        for _k in seq:
             f(0.0)
 
     def pool_now():
         f = ep.now
-        for k in seq:
+        for _k in seq:
             f()
 
     def call_each(fn):
@@ -561,7 +558,7 @@ def main() -> int:
 
         def run():
             release = pool.release
-            for k in seq:
+            for _k in seq:
                 release(lease)
 
         return run
@@ -574,16 +571,24 @@ def main() -> int:
         ("loop + near no-op Rust method, 1 arg (ManualClock.advance(0.0))", per_op(noop1, rep_ep), None),
         ("loop + pool.now() (method call + clock read)", per_op(pool_now, rep_ep), None),
         ("loop + list.append(k)", per_op(append_only, rep_ep), per_op(append_only, rep_ep)),
-        ("loop + pool.assign(key) (lock, session lookup, Exit object)", per_op(call_each(ep.assign), rep_ep),
-         per_op(call_each(py.assign), rep_py)),
-        ("loop + pool.lease(key) (Lease object only, nothing acquired)", per_op(call_each(ep.lease), rep_ep),
-         per_op(call_each(py.lease), rep_py)),
+        (
+            "loop + pool.assign(key) (lock, session lookup, Exit object)",
+            per_op(call_each(ep.assign), rep_ep),
+            per_op(call_each(py.assign), rep_py),
+        ),
+        (
+            "loop + pool.lease(key) (Lease object only, nothing acquired)",
+            per_op(call_each(ep.lease), rep_ep),
+            per_op(call_each(py.lease), rep_py),
+        ),
         ("loop + append(pool.acquire(key)) (acquire alone)", ep_acq, py_acq),
         ("loop + pool.release(lease) (release alone)", ep_rel, py_rel),
-        ("loop + pool.release(lease) again (already released: ignored)", per_op(stale_release(ep), rep_ep),
-         per_op(stale_release(py), rep_py)),
-        ("loop + release(acquire(key)) (the pair, again)", per_op(keyed_pairs(ep, seq), rep_ep),
-         per_op(keyed_pairs(py, seq), rep_py)),
+        (
+            "loop + pool.release(lease) again (already released: ignored)",
+            per_op(stale_release(ep), rep_ep),
+            per_op(stale_release(py), rep_py),
+        ),
+        ("loop + release(acquire(key)) (the pair, again)", per_op(keyed_pairs(ep, seq), rep_ep), per_op(keyed_pairs(py, seq), rep_py)),
     ]
 
     # ---------------------------------------------------------------------------------------
@@ -614,8 +619,10 @@ def main() -> int:
         need = THREAD_TOLERANCE * min(py4 / py1, 1.0)
         ok = ep4 / ep1 >= need
         results.append(ok)
-        print(f"{label:<9}{'exitpool':<13}{ep1:>11,.0f}/s{ep4:>12,.0f}/s{ep4 / ep1:>8.2f}   "
-              f"{f'>= {need:.2f} (90% of min(python, 1.00))':<37}{'PASS' if ok else 'MISS'}")
+        print(
+            f"{label:<9}{'exitpool':<13}{ep1:>11,.0f}/s{ep4:>12,.0f}/s{ep4 / ep1:>8.2f}   "
+            f"{f'>= {need:.2f} (90% of min(python, 1.00))':<37}{'PASS' if ok else 'MISS'}"
+        )
         print(f"{'':<9}{'pure Python':<13}{py1:>11,.0f}/s{py4:>12,.0f}/s{py4 / py1:>8.2f}")
         print(f"{'':<9}{'exitpool/py':<13}{ep1 / py1:>12.1f}x{ep4 / py4:>13.1f}x")
     print("-" * (len(head2) + 4))
@@ -630,38 +637,56 @@ def main() -> int:
         print(f"  {label:<64}{fmt_ns(e):>10}{fmt_ns(p):>13}")
     v = {label.split(" (")[0]: e for label, e, _ in parts}
     derived = [
-        ("one argument passed to a Rust method (1 arg - 0 args)",
-         v["loop + near no-op Rust method, 1 arg"] - v["loop + no-op Rust method, 0 args"]),
-        ("the pool's clock read (pool.now() - no-op call)",
-         v["loop + pool.now()"] - v["loop + no-op Rust method, 0 args"]),
-        ("making and freeing a Lease (pool.lease(key) - 1-arg no-op call)",
-         v["loop + pool.lease(key)"] - v["loop + near no-op Rust method, 1 arg"]),
-        ("acquire's work beyond making the Lease (acquire - append - lease(key))",
-         v["loop + append(pool.acquire(key))"] - v["loop + list.append(k)"] - v["loop + pool.lease(key)"] + v["empty Python for loop"]),
-        ("release's work beyond the call (release - release of a released lease)",
-         v["loop + pool.release(lease)"] - v["loop + pool.release(lease) again"]),
+        (
+            "one argument passed to a Rust method (1 arg - 0 args)",
+            v["loop + near no-op Rust method, 1 arg"] - v["loop + no-op Rust method, 0 args"],
+        ),
+        ("the pool's clock read (pool.now() - no-op call)", v["loop + pool.now()"] - v["loop + no-op Rust method, 0 args"]),
+        (
+            "making and freeing a Lease (pool.lease(key) - 1-arg no-op call)",
+            v["loop + pool.lease(key)"] - v["loop + near no-op Rust method, 1 arg"],
+        ),
+        (
+            "acquire's work beyond making the Lease (acquire - append - lease(key))",
+            v["loop + append(pool.acquire(key))"] - v["loop + list.append(k)"] - v["loop + pool.lease(key)"] + v["empty Python for loop"],
+        ),
+        (
+            "release's work beyond the call (release - release of a released lease)",
+            v["loop + pool.release(lease)"] - v["loop + pool.release(lease) again"],
+        ),
     ]
     print("  derived, exitpool:")
     for label, ns in derived:
         print(f"    {label:<71}{fmt_ns(ns):>10}")
 
     status = "OK, agree on every key" if ring_mismatch == 0 else f"MISMATCH on {ring_mismatch} keys"
-    print(f"\nsanity: ring of exitpool vs PurePool on {N_KEYS:,} keys: {status}; smooth WRR order over "
-          f"{2 * sum(caps)} picks: {'identical' if wrr_mismatch == 0 else f'{wrr_mismatch} differ'}")
+    print(
+        f"\nsanity: ring of exitpool vs PurePool on {N_KEYS:,} keys: {status}; smooth WRR order over "
+        f"{2 * sum(caps)} picks: {'identical' if wrr_mismatch == 0 else f'{wrr_mismatch} differ'}"
+    )
     snap = ep.snapshot()
     c = snap["counts"]
-    print(f"sanity: exitpool acquired {c['acquired']:,} = released {c['released']:,} + expired {c['expired']:,} "
-          f"+ live {snap['live_leases']}; PurePool acquired {py.acquired:,} = released {py.released:,} "
-          f"+ live {len(py._leases)}")
+    print(
+        f"sanity: exitpool acquired {c['acquired']:,} = released {c['released']:,} + expired {c['expired']:,} "
+        f"+ live {snap['live_leases']}; PurePool acquired {py.acquired:,} = released {py.released:,} "
+        f"+ live {len(py._leases)}"
+    )
     passed = sum(1 for ok in results if ok)
     print(f"targets: {passed}/{len(results)} PASS")
     if debug_suspect:
-        print("\nWARNING: exitpool's acquire+release is not much faster than the pure-Python pool's; "
-              "this looks like a debug build. Rebuild with `maturin develop --release`.")
+        print(
+            "\nWARNING: exitpool's acquire+release is not much faster than the pure-Python pool's; "
+            "this looks like a debug build. Rebuild with `maturin develop --release`."
+        )
     share = others_share(cpu_before, cpu_sample())
-    noise = "" if share is None else (
-        f"; other processes used {share:.0%} of the machine's CPU time meanwhile"
-        + (" (a busy machine: expect noisy figures, rerun when it is quiet)" if share > 0.15 else ""))
+    noise = (
+        ""
+        if share is None
+        else (
+            f"; other processes used {share:.0%} of the machine's CPU time meanwhile"
+            + (" (a busy machine: expect noisy figures, rerun when it is quiet)" if share > 0.15 else "")
+        )
+    )
     print(f"\n(total run time {time.perf_counter() - started:.0f} s{noise})")
     return 0
 

@@ -18,7 +18,7 @@ def main() -> None:
     keys = [f"account-{i}" for i in range(N_KEYS)]
     exits = [Exit(f"exit-{i:03d}", f"http://10.0.{i // 250}.{i % 250}:8000") for i in range(N_EXITS)]
     mean = N_KEYS / N_EXITS
-    print(f"{N_EXITS} equal exits, {N_KEYS:,} keys (sampling noise alone is about +/-{3 / mean ** 0.5:.0%} at 3 sigma)")
+    print(f"{N_EXITS} equal exits, {N_KEYS:,} keys (sampling noise alone is about +/-{3 / mean**0.5:.0%} at 3 sigma)")
     print(f"{'replicas':>9} {'points':>8} {'max/mean':>9} {'min/mean':>9} {'build ms':>9}")
     for r in (1, 10, 40, 100, 160, 320, 640):
         t = time.perf_counter()

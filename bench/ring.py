@@ -181,7 +181,7 @@ def comprehension(f):
 
 
 def empty_loop(keys):
-    for k in keys:
+    for _k in keys:
         pass
 
 
@@ -311,8 +311,7 @@ def main() -> int:
         ru, ok_u = fmt_ratio(u, e, target)
         results += [ok for ok in (ok_r, ok_u) if ok is not None]
         print(
-            f"{label:<22}{shape:<14}{fmt_ns(e):>11}{fmt_ns(r):>12}{fmt_ns(u):>12}"
-            f"   {rr:<20}{ru:<20}{'>=' + format(target, 'g') + 'x':>7}"
+            f"{label:<22}{shape:<14}{fmt_ns(e):>11}{fmt_ns(r):>12}{fmt_ns(u):>12}   {rr:<20}{ru:<20}{'>=' + format(target, 'g') + 'x':>7}"
         )
     print("-" * len(head))
     print(

@@ -47,8 +47,13 @@ def fragment(fdp, limit: int, forbid: str = "") -> str:
 def windows(password: str) -> list:
     """The password's runs of FRAGMENT characters that hold no whitespace (what a message could
     quote of it: it splits at whitespace)."""
-    return sorted({password[i : i + FRAGMENT] for i in range(len(password) - FRAGMENT + 1)
-                   if not any(c.isspace() for c in password[i : i + FRAGMENT])})
+    return sorted(
+        {
+            password[i : i + FRAGMENT]
+            for i in range(len(password) - FRAGMENT + 1)
+            if not any(c.isspace() for c in password[i : i + FRAGMENT])
+        }
+    )
 
 
 def spaced_password(fdp) -> str:

@@ -24,9 +24,9 @@ import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant", "tomllib"]):
     import tomllib
+    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
 
     import exitpool
-    from _plant import PLANT, CheckFailed, check_exit, check_no_plant, fragment, planted_proxy
     from exitpool import InvalidInput, Pool
     from exitpool._config import _KeyLines
 
@@ -43,20 +43,66 @@ for _name, _text in _LISTS.items():
         _f.write(_text)
 os.makedirs(os.path.join(_TMP, "a-directory"), exist_ok=True)
 
-TOP_KEYS = ["strategy", "replicas", "session_ttl", "lease_ttl", "max_leases", "balance_factor", "warmup", "seed",
-            "cooldown", "health", "calibrate", "exits_file", "exit"]
+TOP_KEYS = [
+    "strategy",
+    "replicas",
+    "session_ttl",
+    "lease_ttl",
+    "max_leases",
+    "balance_factor",
+    "warmup",
+    "seed",
+    "cooldown",
+    "health",
+    "calibrate",
+    "exits_file",
+    "exit",
+]
 RARE_KEYS = ["store", "namespace", "clock", "stratgy"]  # a store, or keys that are wrong
-HEALTH_KEYS = ["consecutive", "degrade_at", "block_weight", "connect_weight", "window", "min_calls", "failure_rate",
-               "captcha_rate", "captcha_consecutive", "recover_successes", "half_open_trials", "base_ejection",
-               "max_ejection", "jitter", "min_hold", "forgive_after", "dead_after", "max_ejected", "min_in_service",
-               "incident_fraction", "incident_min_exits", "incident_interval", "rate_limit_cooldown", "bogus"]
+HEALTH_KEYS = [
+    "consecutive",
+    "degrade_at",
+    "block_weight",
+    "connect_weight",
+    "window",
+    "min_calls",
+    "failure_rate",
+    "captcha_rate",
+    "captcha_consecutive",
+    "recover_successes",
+    "half_open_trials",
+    "base_ejection",
+    "max_ejection",
+    "jitter",
+    "min_hold",
+    "forgive_after",
+    "dead_after",
+    "max_ejected",
+    "min_in_service",
+    "incident_fraction",
+    "incident_min_exits",
+    "incident_interval",
+    "rate_limit_cooldown",
+    "bogus",
+]
 WARMUP_KEYS = ["ramp", "initial_interval", "horizon", "steep"]
 EXIT_KEYS = ["id", "proxy", "ip", "capacity", "tags", "port"]
 STRATEGIES = ["round_robin", "weighted", "least_conn", "lru", "p2c", "fastest", ""]
 # Paths the OS refuses in every way it can: a NUL (expanduser and open raise ValueError), a file
 # used as a directory, a name too long, a user that does not exist.
-EXITS_FILES = [*_LISTS, "missing.txt", "a-directory", "../" + os.path.basename(_TMP) + "/proxies.txt", "",
-               "~\x00x", "proxies.txt\x00", "proxies.txt/x", "x" * 300, "~no-such-user-x/proxies.txt", "~"]
+EXITS_FILES = [
+    *_LISTS,
+    "missing.txt",
+    "a-directory",
+    "../" + os.path.basename(_TMP) + "/proxies.txt",
+    "",
+    "~\x00x",
+    "proxies.txt\x00",
+    "proxies.txt/x",
+    "x" * 300,
+    "~no-such-user-x/proxies.txt",
+    "~",
+]
 
 
 def _toml_str(s: str) -> str:
@@ -74,15 +120,37 @@ def _toml_float(x: float) -> str:
 
 # A valid value for each option, so that half the documents get past the first check.
 VALID = {
-    "strategy": ['"lru"', '"p2c"', '"round_robin"'], "replicas": ["1", "40"], "session_ttl": ["60", "0.5"],
-    "lease_ttl": ["30"], "max_leases": ["1", "3"], "balance_factor": ["1.25"], "seed": ["0", "7"],
-    "warmup": ["true", "false", "600", "{ ramp = 60, initial_interval = 5 }"], "cooldown": ["0", "2.5"],
-    "calibrate": ["true", "false"], "exits_file": ['"proxies.txt"'], "health": ["{ consecutive = 3 }"],
-    "consecutive": ["3", "7.5"], "degrade_at": ["1"], "window": ["20", "64"], "min_calls": ["5"],
-    "failure_rate": ["0.5"], "max_ejected": ["0.3", "1.0"], "min_in_service": ["0", "2"], "jitter": ["0.0"],
-    "base_ejection": ["10"], "max_ejection": ["600"], "dead_after": ["3"], "ramp": ["600"],
-    "initial_interval": ["10"], "horizon": ["86400"], "capacity": ["0", "3"], "ip": ['"93.184.10.7"'],
-    "id": ['"sess-1"', '"sess-2"'], "store": ['"memory://fuzz"', '"memory://"'], "namespace": ['"fleet-a"'],
+    "strategy": ['"lru"', '"p2c"', '"round_robin"'],
+    "replicas": ["1", "40"],
+    "session_ttl": ["60", "0.5"],
+    "lease_ttl": ["30"],
+    "max_leases": ["1", "3"],
+    "balance_factor": ["1.25"],
+    "seed": ["0", "7"],
+    "warmup": ["true", "false", "600", "{ ramp = 60, initial_interval = 5 }"],
+    "cooldown": ["0", "2.5"],
+    "calibrate": ["true", "false"],
+    "exits_file": ['"proxies.txt"'],
+    "health": ["{ consecutive = 3 }"],
+    "consecutive": ["3", "7.5"],
+    "degrade_at": ["1"],
+    "window": ["20", "64"],
+    "min_calls": ["5"],
+    "failure_rate": ["0.5"],
+    "max_ejected": ["0.3", "1.0"],
+    "min_in_service": ["0", "2"],
+    "jitter": ["0.0"],
+    "base_ejection": ["10"],
+    "max_ejection": ["600"],
+    "dead_after": ["3"],
+    "ramp": ["600"],
+    "initial_interval": ["10"],
+    "horizon": ["86400"],
+    "capacity": ["0", "3"],
+    "ip": ['"93.184.10.7"'],
+    "id": ['"sess-1"', '"sess-2"'],
+    "store": ['"memory://fuzz"', '"memory://"'],
+    "namespace": ['"fleet-a"'],
 }
 
 
@@ -196,7 +264,9 @@ def _structured(fdp) -> None:
         check_no_plant("an error message", message)
         m = re.match(re.escape(_CONFIG) + r":(\d+): ([^:]+?): ", message)
         if m and m.group(2) in doc.where and int(m.group(1)) != doc.where[m.group(2)]:
-            raise CheckFailed(f"key {m.group(2)} is on line {doc.where[m.group(2)]}, the error says: {message}\n" + "\n".join(doc.lines))
+            raise CheckFailed(
+                f"key {m.group(2)} is on line {doc.where[m.group(2)]}, the error says: {message}\n" + "\n".join(doc.lines)
+            ) from None
         return
     _check_pool(pool)
 

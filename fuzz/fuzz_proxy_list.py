@@ -4,7 +4,8 @@ Properties: nothing but `exitpool.InvalidInput` escapes; a parsed exit rebuilds 
 from its id, URL and fields to the same exit; the planted password (see _plant.py) never
 appears in an error message, a repr, a str, a masked URL or an exit id, even where a line puts
 a proxy in the id column; and where the password is cut by a space or another separator (a
-password with a space splits a line into tokens), no piece of it of 4 characters or more does. Inputs are capped (`-max_len`), so a hang is a finding too
+password with a space splits a line into tokens), no piece of it of 4 characters or more does.
+Inputs are capped (`-max_len`), so a hang is a finding too
 (`-timeout`). Run `python fuzz/fuzz_proxy_list.py -help=1` for libFuzzer's options; the
 README's "Fuzzing" section has the commands.
 """
@@ -12,16 +13,15 @@ README's "Fuzzing" section has the commands.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 
 import atheris
 
 with atheris.instrument_imports(include=["exitpool", "_plant"]):
+    from _plant import HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment, planted_proxy, spaced_proxy
+
     import exitpool
-    from _plant import (HOSTS, PLANT, CheckFailed, check_exit, check_no_fragment, check_no_plant, fragment,
-                        planted_proxy, spaced_proxy)
     from exitpool import Exit, InvalidInput, load_exits
 
 MAX_LINES = 8

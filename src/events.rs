@@ -82,7 +82,11 @@ impl Events {
     }
 
     pub fn transition(&mut self, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
-        let kind = if matches!(t.reason, crate::health::Reason::EjectionRefused | crate::health::Reason::FleetCapRefused) { EventKind::EjectionRefused } else { EventKind::StateChanged };
+        let kind = if matches!(t.reason, crate::health::Reason::EjectionRefused | crate::health::Reason::FleetCapRefused) {
+            EventKind::EjectionRefused
+        } else {
+            EventKind::StateChanged
+        };
         let message = format!("{} -> {}: {}", t.from.name(), t.to.name(), t.reason.describe(cfg));
         // Site 0 is the breaker of leases without a site: to a reader, no site.
         let site = site.filter(|&s| s != 0);

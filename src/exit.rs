@@ -23,7 +23,11 @@ impl Exit {
         let id = validate_id(id)?;
         let capacity = validate_capacity(capacity)?;
         let ip = ip
-            .map(|s| s.trim().parse::<IpAddr>().map_err(|_| Error::BadInput(format!("exit {id:?}: ip {} is not an IP address", crate::proxy::shown(s)))))
+            .map(|s| {
+                s.trim()
+                    .parse::<IpAddr>()
+                    .map_err(|_| Error::BadInput(format!("exit {id:?}: ip {} is not an IP address", crate::proxy::shown(s))))
+            })
             .transpose()?;
         tags.sort();
         tags.dedup_by(|a, b| a.0 == b.0);

@@ -404,7 +404,12 @@ impl Fleet {
         let sh = &mut self.sites[site as usize];
         match sh.incident {
             None if sh.failing >= threshold => {
-                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: f64::NEG_INFINITY, republish_at: now + INCIDENT_HOLD / 2.0 });
+                sh.incident = Some(Incident {
+                    opened: now,
+                    next_lease: now,
+                    remote_until: f64::NEG_INFINITY,
+                    republish_at: now + INCIDENT_HOLD / 2.0,
+                });
                 sh.incidents += 1;
                 let failing = sh.failing;
                 self.pending(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
@@ -449,7 +454,13 @@ impl Fleet {
             (None, true) => {
                 sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: now + hold, republish_at: f64::INFINITY });
                 sh.incidents += 1;
-                self.events.push(now, EventKind::SiteIncidentOpened, None, Some(site), "opened by another worker of the fleet: no exit is judged for this site and its leases are spaced out".to_owned());
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentOpened,
+                    None,
+                    Some(site),
+                    "opened by another worker of the fleet: no exit is judged for this site and its leases are spaced out".to_owned(),
+                );
             }
             (Some(inc), false) => {
                 // Its opener saw it end; this worker's own evidence may still keep it open.
@@ -466,12 +477,26 @@ impl Fleet {
             None if self.tunnel_failing >= threshold => {
                 self.global_incident = Some(now);
                 let n = self.tunnel_failing;
-                self.events.push(now, EventKind::GlobalIncidentOpened, None, None, format!("{n} tunnels are failing at once (threshold {threshold}): the fault is ours (network, probes); no tunnel is judged"));
+                self.events.push(
+                    now,
+                    EventKind::GlobalIncidentOpened,
+                    None,
+                    None,
+                    format!(
+                        "{n} tunnels are failing at once (threshold {threshold}): the fault is ours (network, probes); no tunnel is judged"
+                    ),
+                );
             }
             Some(opened) if self.tunnel_failing * 2 < threshold => {
                 self.global_incident = None;
                 let n = self.tunnel_failing;
-                self.events.push(now, EventKind::GlobalIncidentClosed, None, None, format!("{n} tunnels still failing; over after {:.1} s", now - opened));
+                self.events.push(
+                    now,
+                    EventKind::GlobalIncidentClosed,
+                    None,
+                    None,
+                    format!("{n} tunnels still failing; over after {:.1} s", now - opened),
+                );
             }
             _ => {}
         }
@@ -480,7 +505,10 @@ impl Fleet {
     /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
     /// back (degraded only reweights, which each worker judges from its own traffic).
     fn share(&mut self, h: u32, site: Option<u32>, t: Transition, until: f64, now: f64) {
-        if self.outbox.is_none() || matches!(t.reason, Reason::Fleet | Reason::FleetCapRefused) || !(t.to.holds_a_cap_slot() || t.from.holds_a_cap_slot()) {
+        if self.outbox.is_none()
+            || matches!(t.reason, Reason::Fleet | Reason::FleetCapRefused)
+            || !(t.to.holds_a_cap_slot() || t.from.holds_a_cap_slot())
+        {
             return;
         }
         let hold = match t.to {
@@ -557,7 +585,6 @@ impl Fleet {
             Some(s) => &mut self.sites[s as usize].ejected,
         };
         *ejected = (*ejected + t.to.holds_a_cap_slot() as u32) - t.from.holds_a_cap_slot() as u32;
-
     }
 
     /// An active probe's verdict on exit `h`'s tunnel. Probes decide who comes back: a success
@@ -596,7 +623,13 @@ impl Fleet {
         let cap = self.ejection_cap(in_service);
         // An exit out for its tunnel is out for every site: for the site with the most exits
         // out already (this one aside), it would be one more.
-        let site_out = self.sites.iter().filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot())).map(|sh| sh.ejected).max().unwrap_or(0);
+        let site_out = self
+            .sites
+            .iter()
+            .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
+            .map(|sh| sh.ejected)
+            .max()
+            .unwrap_or(0);
         let out = self.tunnel_ejected + site_out + 1;
         let ejection = if self.global_incident.is_some() {
             Ejection::Suspended

@@ -282,8 +282,12 @@ impl Reason {
     pub fn describe(&self, cfg: &HealthConfig) -> String {
         match *self {
             Reason::ConsecutiveFailures(n) => format!("{n} weighted consecutive failures (threshold {})", cfg.consecutive),
-            Reason::FailureRate(r, n) => format!("failure rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.failure_rate * 100.0),
-            Reason::CaptchaRate(r, n) => format!("captcha rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.captcha_rate * 100.0),
+            Reason::FailureRate(r, n) => {
+                format!("failure rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.failure_rate * 100.0)
+            }
+            Reason::CaptchaRate(r, n) => {
+                format!("captcha rate {:.0}% over the last {n} calls (threshold {:.0}%)", r * 100.0, cfg.captcha_rate * 100.0)
+            }
             Reason::ConsecutiveCaptchas(n) => format!("{n} consecutive captchas"),
             Reason::Recovered(n) => format!("{n} consecutive successes"),
             Reason::BackoffOver(s) => format!("quarantine of {s:.1} s is over"),
@@ -292,7 +296,9 @@ impl Reason {
             Reason::EjectionRefused => "ejection refused (cap, minimum in service or incident): reduced weight instead".to_owned(),
             Reason::Revived => "revived".to_owned(),
             Reason::Fleet => "verdict of another worker in the fleet".to_owned(),
-            Reason::FleetCapRefused => "ejection refused by the fleet-wide cap (other workers' ejections count): reduced weight instead".to_owned(),
+            Reason::FleetCapRefused => {
+                "ejection refused by the fleet-wide cap (other workers' ejections count): reduced weight instead".to_owned()
+            }
         }
     }
 }
@@ -440,7 +446,15 @@ impl Breaker {
 
     /// Takes one report's signal. `ejection` says what a trip may do; `jitter` is a uniform
     /// draw in [0, 1) for the backoff.
-    pub fn record(&mut self, cfg: &HealthConfig, signal: Signal, trial: u32, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
+    pub fn record(
+        &mut self,
+        cfg: &HealthConfig,
+        signal: Signal,
+        trial: u32,
+        now: f64,
+        ejection: Ejection,
+        jitter: f64,
+    ) -> Option<Transition> {
         let failed = self.observe(cfg, signal, trial)?;
         self.judge(cfg, failed, now, ejection, jitter)
     }

@@ -138,11 +138,8 @@ impl Waits {
     pub fn quantile(&self, q: f64) -> f64 {
         let waited = self.waited.count() as f64;
         // The histogram decays; scale the immediate count to the same horizon.
-        let immediate = if self.waited_total == 0 {
-            self.immediate as f64
-        } else {
-            self.immediate as f64 * waited / self.waited_total as f64
-        };
+        let immediate =
+            if self.waited_total == 0 { self.immediate as f64 } else { self.immediate as f64 * waited / self.waited_total as f64 };
         let total = immediate + waited;
         if total == 0.0 || q * total <= immediate {
             return 0.0;
@@ -233,8 +230,7 @@ mod tests {
 
     #[test]
     fn waits_count_immediate_leases_as_zero() {
-        let mut w = Waits::default();
-        w.immediate = 98;
+        let mut w = Waits { immediate: 98, ..Waits::default() };
         for _ in 0..2 {
             w.waited.record(0.5);
             w.waited_total += 1;

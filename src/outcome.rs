@@ -98,7 +98,13 @@ impl Report {
     /// A status is what a site answered, never the caller's mistake: any status a client can
     /// give (0..=65535) is recorded (see [`status_outcome`]); only a negative or larger number
     /// is bad input.
-    pub fn new(status: Option<i64>, latency: Option<f64>, captcha: bool, error: Option<ErrorKind>, retry_after: Option<f64>) -> Result<Report> {
+    pub fn new(
+        status: Option<i64>,
+        latency: Option<f64>,
+        captcha: bool,
+        error: Option<ErrorKind>,
+        retry_after: Option<f64>,
+    ) -> Result<Report> {
         let status = status.map(check_status).transpose()?;
         for (name, v) in [("latency", latency), ("retry_after", retry_after)] {
             if let Some(v) = v {

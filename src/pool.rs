@@ -455,7 +455,15 @@ impl Pool {
         }
         let slots: Vec<ExitSlot> = exits
             .into_iter()
-            .map(|e| ExitSlot { exit: Arc::new(e), identities: HashMap::new(), active: 0, last_lease: f64::NEG_INFINITY, benched: false, removed: false, tally: Tally::default() })
+            .map(|e| ExitSlot {
+                exit: Arc::new(e),
+                identities: HashMap::new(),
+                active: 0,
+                last_lease: f64::NEG_INFINITY,
+                benched: false,
+                removed: false,
+                tally: Tally::default(),
+            })
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let born = clock.now();
@@ -536,7 +544,13 @@ impl Pool {
     /// One attempt whose keyless pick passes over the exits named in `avoid` (a page retried
     /// after a ban must not land where it was banned). A keyed lease goes to its session's or
     /// its ring's exit and ignores `avoid`: moving an account is never a side effect.
-    pub fn try_acquire_avoiding(&self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> std::result::Result<Grant, Refusal> {
+    pub fn try_acquire_avoiding(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+    ) -> std::result::Result<Grant, Refusal> {
         if let Some(sh) = &self.shared {
             let r = self.shared_attempt(sh, view, key, site, avoid);
             if r.is_ok() {
@@ -581,13 +595,26 @@ impl Pool {
     }
 
     /// One bounded wait, counting nothing: `Grant::waited` is 0 when no wait was needed.
-    pub fn acquire_within(&self, view: u32, key: Option<&str>, site: Option<&str>, timeout: Duration) -> std::result::Result<Grant, Refusal> {
+    pub fn acquire_within(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        timeout: Duration,
+    ) -> std::result::Result<Grant, Refusal> {
         self.acquire_within_avoiding(view, key, site, &[], timeout)
     }
 
     /// [`Pool::acquire_within`] with a keyless pick that passes over `avoid`, as in
     /// [`Pool::try_acquire_avoiding`].
-    pub fn acquire_within_avoiding(&self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], timeout: Duration) -> std::result::Result<Grant, Refusal> {
+    pub fn acquire_within_avoiding(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        timeout: Duration,
+    ) -> std::result::Result<Grant, Refusal> {
         let started = Instant::now();
         // `None` from Python arrives as a huge timeout; a deadline past the clock's range is "never".
         let deadline = started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 86_400));
@@ -752,7 +779,13 @@ impl Pool {
         if !st.exits[h as usize].benched {
             st.exits[h as usize].benched = true;
             st.leave_views(h)?;
-            st.fleet.events.push(now, EventKind::Benched, Some(h), None, format!("benched: no new sessions; {} live sessions drain", keys.len()));
+            st.fleet.events.push(
+                now,
+                EventKind::Benched,
+                Some(h),
+                None,
+                format!("benched: no new sessions; {} live sessions drain", keys.len()),
+            );
         }
         Ok(keys)
     }
@@ -807,7 +840,15 @@ impl Pool {
                 let h = st.exits.len() as u32;
                 st.fleet.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot { exit: Arc::new(exit), identities: HashMap::new(), active: 0, last_lease: f64::NEG_INFINITY, benched: false, removed: false, tally: Tally::default() });
+                st.exits.push(ExitSlot {
+                    exit: Arc::new(exit),
+                    identities: HashMap::new(),
+                    active: 0,
+                    last_lease: f64::NEG_INFINITY,
+                    benched: false,
+                    removed: false,
+                    tally: Tally::default(),
+                });
                 h
             }
         };
@@ -898,7 +939,11 @@ impl Pool {
                 EventKind::Drifted,
                 Some(h),
                 None,
-                format!("probe saw {} where {} was expected: the exit's token lands elsewhere now", observed_ip.map(|i| i.to_string()).unwrap_or_default(), expected.map(|i| i.to_string()).unwrap_or_default()),
+                format!(
+                    "probe saw {} where {} was expected: the exit's token lands elsewhere now",
+                    observed_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    expected.map(|i| i.to_string()).unwrap_or_default()
+                ),
             );
         }
         if !ok && !detail.is_empty() {
@@ -1018,7 +1063,13 @@ impl Pool {
             if safe == 0 {
                 slot.benched = true;
                 st.leave_views(h)?;
-                st.fleet.events.push(now, EventKind::Benched, Some(h), None, format!("measured capacity 0: all {served} identities served in 24 h were burned"));
+                st.fleet.events.push(
+                    now,
+                    EventKind::Benched,
+                    Some(h),
+                    None,
+                    format!("measured capacity 0: all {served} identities served in 24 h were burned"),
+                );
                 changes.push(Recalibration { exit_id: id, old, new: 0, served, safe });
                 continue;
             }
@@ -1029,7 +1080,13 @@ impl Pool {
                 st.leave_views(h)?;
                 st.exits[h as usize].exit = Arc::new(resized);
                 st.join_views(h)?;
-                st.fleet.events.push(now, EventKind::Recalibrated, Some(h), None, format!("capacity {old} -> {new}: {safe} of {served} identities served in 24 h without a block or captcha"));
+                st.fleet.events.push(
+                    now,
+                    EventKind::Recalibrated,
+                    Some(h),
+                    None,
+                    format!("capacity {old} -> {new}: {safe} of {served} identities served in 24 h without a block or captcha"),
+                );
                 changes.push(Recalibration { exit_id: id, old, new, served, safe });
             }
         }
@@ -1113,7 +1170,8 @@ impl Pool {
         (figures.trials, figures.trials_recovered) = st.fleet.trials();
         figures.wait_p50 = st.waits.quantile(0.5);
         figures.wait_p99 = st.waits.quantile(0.99);
-        figures.incidents = st.fleet.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
+        figures.incidents =
+            st.fleet.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
         figures.global_incident = st.fleet.global_incident_open();
         Snapshot {
             now,
@@ -1133,7 +1191,14 @@ impl Pool {
     /// strategy), let the store take the slot atomically (one round trip), then record what it
     /// granted. The pool's lock is not held while the store is asked. When the store cannot
     /// be reached, the pool's own state decides, as in a pool of its own.
-    fn shared_attempt(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> std::result::Result<Grant, Refusal> {
+    fn shared_attempt(
+        &self,
+        sh: &Shared,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+    ) -> std::result::Result<Grant, Refusal> {
         self.sync_health(sh);
         let now = self.clock.now();
         // While the store is away it answers at once (it retries the server once a second).
@@ -1141,7 +1206,15 @@ impl Pool {
     }
 
     /// `None` when the store could not be asked.
-    fn shared_take(&self, sh: &Shared, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], now: f64) -> Option<std::result::Result<Grant, Refusal>> {
+    fn shared_take(
+        &self,
+        sh: &Shared,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        now: f64,
+    ) -> Option<std::result::Result<Grant, Refusal>> {
         let mut st = self.state.lock();
         if st.expire(now) && st.waiters > 0 {
             self.freed.notify_all();
@@ -1199,7 +1272,13 @@ impl Pool {
                 Taken::WarmingUp { exit, wait } => {
                     let mut st = self.state.lock();
                     let eh = st.by_id.get(&exit).copied();
-                    st.fleet.events.push(now, EventKind::WarmingUp, eh, (site_id != 0).then_some(site_id), format!("a new pairing of key {:?} must wait {wait:.3} s (warm-up ramp, fleet-wide)", key.unwrap_or("")));
+                    st.fleet.events.push(
+                        now,
+                        EventKind::WarmingUp,
+                        eh,
+                        (site_id != 0).then_some(site_id),
+                        format!("a new pairing of key {:?} must wait {wait:.3} s (warm-up ramp, fleet-wide)", key.unwrap_or("")),
+                    );
                     return Some(Err(Refusal::WarmingUp { retry_after: wait, exit_id: exit }));
                 }
                 Taken::Granted { exit, lease, session } => {
@@ -1402,10 +1481,14 @@ impl State {
                 !s.removed && !s.benched && view.matches(&s.exit)
             })
             .collect();
-        view.ring = Ring::build(self.cfg.replicas, DEFAULT_SALT, members.iter().map(|&h| {
-            let e = &self.exits[h as usize].exit;
-            (e.id.as_str(), e.capacity, h)
-        }))?;
+        view.ring = Ring::build(
+            self.cfg.replicas,
+            DEFAULT_SALT,
+            members.iter().map(|&h| {
+                let e = &self.exits[h as usize].exit;
+                (e.id.as_str(), e.capacity, h)
+            }),
+        )?;
         view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
         view.members = members;
         view.selector.reset(view.members.len());
@@ -1546,14 +1629,27 @@ impl State {
     }
 
     #[inline]
-    fn attempt(&mut self, view: u32, key: Option<&str>, site: Option<&str>, avoid: &[&str], now: f64) -> std::result::Result<Grant, Refusal> {
+    fn attempt(
+        &mut self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        now: f64,
+    ) -> std::result::Result<Grant, Refusal> {
         let site = self.site_id(site);
         let avoid = self.avoided(key, avoid);
         let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
-                    self.fleet.events.push(now, EventKind::WarmingUp, Some(h), (site != 0).then_some(site), format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"));
+                    self.fleet.events.push(
+                        now,
+                        EventKind::WarmingUp,
+                        Some(h),
+                        (site != 0).then_some(site),
+                        format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"),
+                    );
                     return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
                 }
             }
@@ -1567,7 +1663,15 @@ impl State {
     /// can act on (a lost session, cooling, full, nothing in service). With a shared store the
     /// store knows the sessions (`local_sessions` false): another worker may have ended one.
     #[inline]
-    fn decide(&mut self, view: u32, key: Option<&str>, site: u32, avoid: &[u32], now: f64, local_sessions: bool) -> std::result::Result<(u32, Choice), Refusal> {
+    fn decide(
+        &mut self,
+        view: u32,
+        key: Option<&str>,
+        site: u32,
+        avoid: &[u32],
+        now: f64,
+        local_sessions: bool,
+    ) -> std::result::Result<(u32, Choice), Refusal> {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         self.fleet.poll(now);
         self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
@@ -1593,7 +1697,8 @@ impl State {
                 }
                 let State { views, exits, last_used, rng, cfg, fleet, .. } = self;
                 let v = &mut views[view as usize];
-                let members = ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
+                let members =
+                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
                 let lru_clock = lru.then_some((now, cfg.cooldown));
                 let picked = if avoid.is_empty() {
                     v.selector.pick(strategy, &members, rng, lru_clock)
@@ -1628,7 +1733,13 @@ impl State {
         };
         if let Some(why) = why {
             let exit_id = slot.exit.id.clone();
-            self.fleet.events.push(now, EventKind::SessionLost, Some(h), (site != 0).then_some(site), format!("session of key {key:?}: {why}; not moved"));
+            self.fleet.events.push(
+                now,
+                EventKind::SessionLost,
+                Some(h),
+                (site != 0).then_some(site),
+                format!("session of key {key:?}: {why}; not moved"),
+            );
             return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
         }
         match self.fleet.admits(h, site, now) {
@@ -1647,7 +1758,12 @@ impl State {
             .members
             .iter()
             .copied()
-            .filter(|&h| h != picked && !avoid.contains(&h) && self.exits[h as usize].active < max_leases && self.fleet.admits(h, site, now) == Admit::Yes)
+            .filter(|&h| {
+                h != picked
+                    && !avoid.contains(&h)
+                    && self.exits[h as usize].active < max_leases
+                    && self.fleet.admits(h, site, now) == Admit::Yes
+            })
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);
         out.extend(more.into_iter().take(KEYLESS_FALLBACKS).map(|h| self.exits[h as usize].exit.clone()));
@@ -1665,7 +1781,15 @@ impl State {
     /// The store granted a slot on another exit than the one decided here: for a keyless
     /// lease, one of the fallbacks; for a keyed one, the exit of a session another worker
     /// bound, which must be able to serve here too.
-    fn adopt(&mut self, view: u32, key: Option<&str>, exit: &str, site: u32, now: f64, choice: Choice) -> std::result::Result<(u32, Choice), Refusal> {
+    fn adopt(
+        &mut self,
+        view: u32,
+        key: Option<&str>,
+        exit: &str,
+        site: u32,
+        now: f64,
+        choice: Choice,
+    ) -> std::result::Result<(u32, Choice), Refusal> {
         let Some(&h) = self.by_id.get(exit) else {
             let key = key.unwrap_or("").to_owned();
             return Err(Refusal::SessionExitLost { key, exit_id: exit.to_owned(), why: "its exit is not in this worker's pool" });

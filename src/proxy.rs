@@ -108,8 +108,10 @@ impl ProxyUrl {
                     Some((u, p)) => (u, Some(p)),
                     None => (ui, None),
                 };
-                (Some(decode_lenient(u).map_err(|_| bad("username is not UTF-8 once decoded"))?),
-                 p.map(decode_lenient).transpose().map_err(|_| bad("password is not UTF-8 once decoded"))?)
+                (
+                    Some(decode_lenient(u).map_err(|_| bad("username is not UTF-8 once decoded"))?),
+                    p.map(decode_lenient).transpose().map_err(|_| bad("password is not UTF-8 once decoded"))?,
+                )
             }
         };
         Self::build(scheme, hostpart, user, pass).map_err(|why| bad(&why))
@@ -211,7 +213,8 @@ pub fn scheme_end(raw: &str) -> Option<usize> {
     let i = raw.find("://")?;
     let scheme = &raw[..i];
     let mut chars = scheme.chars();
-    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let ok =
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     ok.then_some(i + 3)
 }
 
@@ -248,15 +251,10 @@ fn is_ip(raw: &str) -> bool {
     let Some((addr, zone)) = raw.split_once('%') else {
         return false;
     };
-    let zone = zone
-        .strip_prefix("25")
-        .filter(|z| !z.is_empty())
-        .unwrap_or(zone);
+    let zone = zone.strip_prefix("25").filter(|z| !z.is_empty()).unwrap_or(zone);
     addr.parse::<std::net::Ipv6Addr>().is_ok()
         && !zone.is_empty()
-        && zone
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        && zone.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
 /// Splits the `host:port:user:pass` shape providers hand out (the host bracketed when it is
@@ -478,11 +476,7 @@ mod tests {
             ("http://10.0.0.1:80:user:Pl@ 4nte dS3cret", "S3cret"),
             ("http://u:Pl@ 4nte dS3cret@ x", "S3cret"),
         ] {
-            assert!(
-                !mask_raw(raw).contains(secret),
-                "{raw} -> {}",
-                mask_raw(raw)
-            );
+            assert!(!mask_raw(raw).contains(secret), "{raw} -> {}", mask_raw(raw));
         }
     }
 }

@@ -48,10 +48,7 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     let tokens: Vec<&str> = content.split_whitespace().collect();
     // A password may hold a space, which splits it into tokens: every token after the first
     // one that may carry a password may be the rest of it, and no message shows it.
-    let secret_from = tokens
-        .iter()
-        .position(|t| may_carry_password(t))
-        .map_or(tokens.len(), |i| i + 1);
+    let secret_from = tokens.iter().position(|t| may_carry_password(t)).map_or(tokens.len(), |i| i + 1);
     let mut positional: Vec<(usize, &str)> = Vec::new();
     let (mut id, mut ip, mut capacity) = (None, None, None);
     let mut tags = Vec::new();
@@ -100,17 +97,10 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
             *proxy
         }
         _ => {
-            let shown: Vec<String> = positional
-                .iter()
-                .filter(|(i, _)| *i < secret_from)
-                .map(|(i, t)| masked(t, followed && i + 1 == secret_from))
-                .collect();
+            let shown: Vec<String> =
+                positional.iter().filter(|(i, _)| *i < secret_from).map(|(i, t)| masked(t, followed && i + 1 == secret_from)).collect();
             let hidden = positional.len() - shown.len();
-            let more = if hidden > 0 {
-                format!(" and {hidden} more (not shown: {SPACE_IN_PASSWORD})")
-            } else {
-                String::new()
-            };
+            let more = if hidden > 0 { format!(" and {hidden} more (not shown: {SPACE_IN_PASSWORD})") } else { String::new() };
             return Err(Error::BadProxy(format!(
                 "expected `[ID] PROXY [key=value ...]`, got {:?}{more}; a password with a space goes in a URL, percent-encoded",
                 shown.join(" ")
@@ -123,10 +113,7 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
             if i < secret_from {
                 e
             } else {
-                Error::BadInput(format!(
-                    "{} must be non-empty, without surrounding spaces or control characters",
-                    quote(i, "exit id", id)
-                ))
+                Error::BadInput(format!("{} must be non-empty, without surrounding spaces or control characters", quote(i, "exit id", id)))
             }
         })?,
         // A user name can hold what an id may not (control characters).
@@ -136,38 +123,23 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
         None => 1,
         Some((i, c)) => c
             .parse::<i64>()
-            .map_err(|_| {
-                Error::BadInput(format!("{} is not a whole number", quote(i, "capacity", c)))
-            })
+            .map_err(|_| Error::BadInput(format!("{} is not a whole number", quote(i, "capacity", c))))
             // The core's message names the number: put the quote (which may hide it) in its place.
             .and_then(|n| {
                 validate_capacity(n).map_err(|e| {
                     if i < secret_from {
                         e
                     } else {
-                        Error::BadInput(e.to_string().replacen(
-                            &format!("capacity {n}"),
-                            &quote(i, "capacity", c),
-                            1,
-                        ))
+                        Error::BadInput(e.to_string().replacen(&format!("capacity {n}"), &quote(i, "capacity", c), 1))
                     }
                 })
             })?,
     };
     let ip = ip
-        .map(|(i, s)| {
-            s.parse::<IpAddr>()
-                .map_err(|_| Error::BadInput(format!("{} is not an IP address", quote(i, "ip", s))))
-        })
+        .map(|(i, s)| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("{} is not an IP address", quote(i, "ip", s)))))
         .transpose()?;
     tags.sort();
-    Ok(Some(Exit {
-        id,
-        proxy,
-        ip,
-        capacity,
-        tags,
-    }))
+    Ok(Some(Exit { id, proxy, ip, capacity, tags }))
 }
 
 /// Why a message leaves a token out.
@@ -176,9 +148,7 @@ const SPACE_IN_PASSWORD: &str = "it follows a password and may be part of it";
 /// Whether a token may hold (the start of) a password: a URL, text masking would change, or a
 /// proxy shape with one. Masking is the wider net: it also catches what only looks like one.
 fn may_carry_password(token: &str) -> bool {
-    scheme_end(token).is_some()
-        || mask_raw(token) != token
-        || parse_proxy_token(token).is_ok_and(|p| p.password().is_some())
+    scheme_end(token).is_some() || mask_raw(token) != token || parse_proxy_token(token).is_ok_and(|p| p.password().is_some())
 }
 
 /// A `key=value` token; the key must look like an identifier, which no proxy shape does
@@ -269,20 +239,13 @@ mod tests {
             "user:abc;@defSECRET@10.0.0.1:3420 9x=",
         ] {
             let e = parse(&[line]).unwrap_err().to_string();
-            assert!(
-                !e.contains("SECRET") && !e.contains("abc") && !e.contains("9999"),
-                "{line}: {e}"
-            );
+            assert!(!e.contains("SECRET") && !e.contains("abc") && !e.contains("9999"), "{line}: {e}");
         }
         // Before any password, tokens are still quoted: the message says what is wrong.
-        let e = parse(&["capacity=lots gw.example:8000:user:pw"])
-            .unwrap_err()
-            .to_string();
+        let e = parse(&["capacity=lots gw.example:8000:user:pw"]).unwrap_err().to_string();
         assert!(e.contains("\"lots\""), "{e}");
         // The form that carries a space unambiguously: a URL, percent-encoded.
-        let e = parse_line("http://user:abc%20defSECRET@gw.example:8000")
-            .unwrap()
-            .unwrap();
+        let e = parse_line("http://user:abc%20defSECRET@gw.example:8000").unwrap().unwrap();
         assert_eq!(e.proxy.password(), Some("abc defSECRET"));
     }
 
@@ -300,7 +263,10 @@ mod tests {
         ];
         let exits = parse(&lines).unwrap();
         let ids: Vec<&str> = exits.iter().map(|e| e.id.as_str()).collect();
-        assert_eq!(ids, ["gw.example:8000", "user-sess-1@gw.example:8001", "user-sess-2@gw.example:8001", "u@10.0.0.1:1080", "sess-a1b2", "sess-c3d4"]);
+        assert_eq!(
+            ids,
+            ["gw.example:8000", "user-sess-1@gw.example:8001", "user-sess-2@gw.example:8001", "u@10.0.0.1:1080", "sess-a1b2", "sess-c3d4"]
+        );
         assert_eq!(exits[1].proxy.password(), Some("p@ss:word"));
         assert_eq!(exits[3].capacity, 3);
         assert_eq!(exits[3].tag("country"), Some("DE"));
@@ -330,21 +296,12 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_mask_the_password() {
-        let e = parse(&["gw:1", "capacity=-1 gw:1:user:hunter2:x"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.starts_with("line 2:") && e.contains("capacity -1") && !e.contains("hunter2"),
-            "{e}"
-        );
+        let e = parse(&["gw:1", "capacity=-1 gw:1:user:hunter2:x"]).unwrap_err().to_string();
+        assert!(e.starts_with("line 2:") && e.contains("capacity -1") && !e.contains("hunter2"), "{e}");
         // After a password, a field may be the rest of it (a password with a space): not shown.
-        let e = parse(&["gw:1", "gw:1:user:hunter2:x capacity=-1"])
-            .unwrap_err()
-            .to_string();
+        let e = parse(&["gw:1", "gw:1:user:hunter2:x capacity=-1"]).unwrap_err().to_string();
         assert_eq!(e, "line 2: the capacity (not shown: it follows a password and may be part of it) is outside 1..=10000");
-        let e = parse(&["gw:1:u:hunter2", "gw:1:u:hunter3"])
-            .unwrap_err()
-            .to_string();
+        let e = parse(&["gw:1:u:hunter2", "gw:1:u:hunter3"]).unwrap_err().to_string();
         assert!(e.contains("lines 1 and 2") && !e.contains("hunter"), "{e}");
         let e = parse(&["ftp://u:hunter2@h:1"]).unwrap_err().to_string();
         assert!(e.starts_with("line 1:") && !e.contains("hunter2"), "{e}");

@@ -289,20 +289,14 @@ fn units_of(capacity: u32) -> u64 {
 /// Refuses a ring of exits of these capacities larger than [`MAX_POINTS`], building nothing.
 pub fn check_capacities(replicas: u32, capacities: &[u32]) -> Result<()> {
     check_replicas(replicas.into())?;
-    check_size(
-        replicas,
-        capacities.len(),
-        capacities.iter().map(|&c| units_of(c)).sum(),
-    )
+    check_size(replicas, capacities.len(), capacities.iter().map(|&c| units_of(c)).sum())
 }
 
 /// `replicas` in `1..=MAX_REPLICAS`; wide enough for any integer a caller can pass.
 pub fn check_replicas(replicas: i128) -> Result<u32> {
     match u32::try_from(replicas) {
         Ok(r) if (1..=MAX_REPLICAS).contains(&r) => Ok(r),
-        _ => Err(Error::BadInput(format!(
-            "replicas {replicas} is outside 1..={MAX_REPLICAS}"
-        ))),
+        _ => Err(Error::BadInput(format!("replicas {replicas} is outside 1..={MAX_REPLICAS}"))),
     }
 }
 
@@ -385,7 +379,12 @@ mod tests {
             ring.add(id, 1 + (i as u32 % 3), i as u32).unwrap();
         }
         ring.remove("e7").unwrap();
-        let fresh = Ring::build(10, DEFAULT_SALT, ids.iter().enumerate().filter(|(i, _)| *i != 7).map(|(i, id)| (id.as_str(), 1 + (i as u32 % 3), i as u32))).unwrap();
+        let fresh = Ring::build(
+            10,
+            DEFAULT_SALT,
+            ids.iter().enumerate().filter(|(i, _)| *i != 7).map(|(i, id)| (id.as_str(), 1 + (i as u32 % 3), i as u32)),
+        )
+        .unwrap();
         assert_eq!(ring.points, fresh.points);
         for k in 0..2000 {
             let key = format!("k{k}");
@@ -473,72 +472,36 @@ mod tests {
         assert!(check_capacities(DEFAULT_REPLICAS, &vec![1; 100_000]).is_ok());
         assert!(check_capacities(DEFAULT_REPLICAS, &vec![0; 100_000]).is_ok());
         // The cases: 16 GB and 3.3 GB asked for; refused, naming every figure.
-        let e = Ring::build(100_000, DEFAULT_SALT, [("a", 10_000, 0)])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("1000000000 points (1 exit, capacity total 10000, times replicas 100000)")
-                && e.contains("16777216"),
-            "{e}"
-        );
+        let e = Ring::build(100_000, DEFAULT_SALT, [("a", 10_000, 0)]).unwrap_err().to_string();
+        assert!(e.contains("1000000000 points (1 exit, capacity total 10000, times replicas 100000)") && e.contains("16777216"), "{e}");
         let ids: Vec<String> = (0..200).map(|i| format!("e{i}")).collect();
-        let e = Ring::build(
-            DEFAULT_REPLICAS,
-            DEFAULT_SALT,
-            ids.iter().map(|id| (id.as_str(), 10_000, 0)),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("320000000 points (200 exits, capacity total 2000000, times replicas 160)"),
-            "{e}"
-        );
+        let e = Ring::build(DEFAULT_REPLICAS, DEFAULT_SALT, ids.iter().map(|id| (id.as_str(), 10_000, 0))).unwrap_err().to_string();
+        assert!(e.contains("320000000 points (200 exits, capacity total 2000000, times replicas 160)"), "{e}");
         // Right at the limit is accepted, one unit more refused: on the figures, since hashing
         // 16.7 million points takes minutes in a debug build. `add` changes nothing when refused.
         let per_exit = (MAX_POINTS / u64::from(MAX_REPLICAS)) as u32; // 167 units of 100,000 points
         let empty = Ring::new(MAX_REPLICAS, DEFAULT_SALT).unwrap();
-        assert!(
-            empty.check_room("a", per_exit).is_ok() && empty.check_room("a", per_exit + 1).is_err()
-        );
+        assert!(empty.check_room("a", per_exit).is_ok() && empty.check_room("a", per_exit + 1).is_err());
         let mut ring = Ring::build(MAX_REPLICAS, DEFAULT_SALT, [("a", 1, 0)]).unwrap();
         let before = ring.points.clone();
         let e = ring.add("b", per_exit, 1).unwrap_err().to_string();
-        assert!(
-            e.contains("16800000 points (2 exits, capacity total 168, times replicas 100000)"),
-            "{e}"
-        );
-        assert_eq!(
-            (ring.points == before, ring.len(), ring.contains("b")),
-            (true, 1, false)
-        );
-        assert!(
-            ring.check_room("a", per_exit).is_ok() && ring.check_room("a", per_exit + 1).is_err()
-        );
+        assert!(e.contains("16800000 points (2 exits, capacity total 168, times replicas 100000)"), "{e}");
+        assert_eq!((ring.points == before, ring.len(), ring.contains("b")), (true, 1, false));
+        assert!(ring.check_room("a", per_exit).is_ok() && ring.check_room("a", per_exit + 1).is_err());
         assert!(ring.check_room("b", per_exit - 1).is_ok());
         // A duplicate is named as one even when it would not fit either.
-        assert_eq!(
-            ring.add("a", 10_000, 1),
-            Err(Error::DuplicateExit("a".into()))
-        );
+        assert_eq!(ring.add("a", 10_000, 1), Err(Error::DuplicateExit("a".into())));
         ring.add("b", 2, 1).unwrap();
         assert_eq!(ring.point_count(), 300_000);
     }
 
     #[test]
     fn replicas_have_a_range() {
-        for bad in [
-            0,
-            i128::from(MAX_REPLICAS) + 1,
-            -1,
-            i128::from(u64::MAX) + 5,
-        ] {
+        for bad in [0, i128::from(MAX_REPLICAS) + 1, -1, i128::from(u64::MAX) + 5] {
             let e = check_replicas(bad).unwrap_err().to_string();
             assert_eq!(e, format!("replicas {bad} is outside 1..=100000"));
         }
-        assert!(
-            Ring::new(0, DEFAULT_SALT).is_err()
-                && Ring::new(MAX_REPLICAS + 1, DEFAULT_SALT).is_err()
-        );
+        assert!(Ring::new(0, DEFAULT_SALT).is_err() && Ring::new(MAX_REPLICAS + 1, DEFAULT_SALT).is_err());
         assert_eq!(check_replicas(MAX_REPLICAS.into()), Ok(MAX_REPLICAS));
     }
 

@@ -151,9 +151,8 @@ impl Selector {
                 // Draw members directly: when most are eligible two draws find two, so a pick
                 // costs O(1) however large the pool. Only a mostly-ineligible pool falls back
                 // to listing the eligible ones.
-                let draw = |rng: &mut SmallRng, not: usize| {
-                    (0..DRAWS).map(|_| rng.random_range(0..n)).find(|&m| m != not && members.eligible(m))
-                };
+                let draw =
+                    |rng: &mut SmallRng, not: usize| (0..DRAWS).map(|_| rng.random_range(0..n)).find(|&m| m != not && members.eligible(m));
                 let (a, b) = match draw(rng, usize::MAX) {
                     Some(a) => match draw(rng, a) {
                         Some(b) => (a, Some(b)),

@@ -87,7 +87,8 @@ impl Sessions {
 
     /// Keys of the live sessions on an exit, sorted.
     pub fn keys_on(&self, exit: u32, now: f64) -> Vec<String> {
-        let mut keys: Vec<String> = self.map.iter().filter(|(_, s)| s.exit == exit && s.expires > now).map(|(k, _)| k.to_string()).collect();
+        let mut keys: Vec<String> =
+            self.map.iter().filter(|(_, s)| s.exit == exit && s.expires > now).map(|(k, _)| k.to_string()).collect();
         keys.sort();
         keys
     }

@@ -58,9 +58,18 @@ enum Op {
     Lease,
     /// An outstanding lease comes back with its report's signal (a report with no lease out
     /// is a plain signal).
-    Return { pick: usize, signal: Signal, ejection: Ejection, jitter: f64 },
+    Return {
+        pick: usize,
+        signal: Signal,
+        ejection: Ejection,
+        jitter: f64,
+    },
     /// A signal that no lease carried (another source of evidence, e.g. a probe).
-    Signal { signal: Signal, ejection: Ejection, jitter: f64 },
+    Signal {
+        signal: Signal,
+        ejection: Ejection,
+        jitter: f64,
+    },
     /// An outstanding lease expires unreported: its trial is handed back.
     Abandon(usize),
     Revive,
@@ -354,15 +363,15 @@ fn an_old_trial_coming_back_frees_no_slot_of_a_new_half_open_period() {
     let mut run = Run::new(cfg);
     let ops = [
         Op::Signal { signal: Signal::Failure(5.0), ejection: Ejection::Allowed, jitter: 0.5 }, // quarantined
-        Op::Advance(30.0),                                                                      // probing
-        Op::Lease,                                                                              // trial A
-        Op::Lease,                                                                              // trial B
+        Op::Advance(30.0),                                                                     // probing
+        Op::Lease,                                                                             // trial A
+        Op::Lease,                                                                             // trial B
         Op::Return { pick: 0, signal: Signal::Failure(1.0), ejection: Ejection::Allowed, jitter: 0.5 }, // A fails
-        Op::Advance(60.0),                                                                      // probing again
-        Op::Lease,                                                                              // trial C
-        Op::Lease,                                                                              // trial D
+        Op::Advance(60.0),                                                                     // probing again
+        Op::Lease,                                                                             // trial C
+        Op::Lease,                                                                             // trial D
         Op::Return { pick: 0, signal: Signal::Success, ejection: Ejection::Allowed, jitter: 0.5 }, // B, late
-        Op::Lease,                                                                              // must be refused
+        Op::Lease,                                                                             // must be refused
     ];
     for (i, op) in ops.iter().enumerate() {
         if let Err(e) = run.apply(op) {
@@ -382,11 +391,22 @@ fn valid_config() -> impl Strategy<Value = HealthConfig> {
         (1u32..=64).prop_flat_map(|w| (Just(w), 0..=w)),
         (prop_oneof![Just(0.3), Just(1.0), 0.05f64..=1.0], prop_oneof![Just(0.15), Just(1.0), 0.05f64..=1.0]),
         (1u32..=12, 1u32..=4, 2u32..=8),
-        (prop_oneof![Just((30.0, 600.0)), Just((5.0, 40.0)), Just((2.0, 2.0)), Just((0.25, 1e6))], prop_oneof![Just(0.0), Just(0.2), 0.0f64..0.99]),
+        (
+            prop_oneof![Just((30.0, 600.0)), Just((5.0, 40.0)), Just((2.0, 2.0)), Just((0.25, 1e6))],
+            prop_oneof![Just(0.0), Just(0.2), 0.0f64..0.99],
+        ),
         prop_oneof![Just(0.0), Just(10.0)],
     )
         .prop_map(
-            |((consecutive, degrade), (block_weight, captcha_consecutive), (window, min_calls), (failure_rate, captcha_rate), (recover, trials, dead_after), ((base, max), jitter), min_hold)| {
+            |(
+                (consecutive, degrade),
+                (block_weight, captcha_consecutive),
+                (window, min_calls),
+                (failure_rate, captcha_rate),
+                (recover, trials, dead_after),
+                ((base, max), jitter),
+                min_hold,
+            )| {
                 HealthConfig {
                     consecutive,
                     // Anywhere in (0, consecutive]: degrading never takes more than quarantining.

@@ -16,7 +16,15 @@ fn fleet(n: usize, cfg: Config) -> (Vec<Pool>, ManualClock) {
     let forward: Vec<usize> = (0..6).collect();
     let backward: Vec<usize> = (0..6).rev().collect();
     let pools = (0..n)
-        .map(|i| Pool::with_store(exits(if i % 2 == 0 { &forward } else { &backward }), Config { seed: Some(i as u64), ..cfg.clone() }, Arc::new(clock.clone()), store.clone()).unwrap())
+        .map(|i| {
+            Pool::with_store(
+                exits(if i % 2 == 0 { &forward } else { &backward }),
+                Config { seed: Some(i as u64), ..cfg.clone() },
+                Arc::new(clock.clone()),
+                store.clone(),
+            )
+            .unwrap()
+        })
         .collect();
     (pools, clock)
 }
@@ -59,7 +67,12 @@ fn a_quarantine_reached_by_one_worker_reaches_the_others() {
     let mut failures = 0;
     while failures < 5 {
         let g = pools[0].try_acquire(0, None, None).unwrap();
-        let report = if g.exit.id == bad { failures += 1; Report::new(None, None, false, Some(exitpool::outcome::ErrorKind::Connect), None).unwrap() } else { Report::new(None, None, false, None, None).unwrap() };
+        let report = if g.exit.id == bad {
+            failures += 1;
+            Report::new(None, None, false, Some(exitpool::outcome::ErrorKind::Connect), None).unwrap()
+        } else {
+            Report::new(None, None, false, None, None).unwrap()
+        };
         pools[0].release(g.id, &report);
     }
     assert_eq!(pools[0].state(bad, None).unwrap().name(), "quarantined");
@@ -93,6 +106,12 @@ fn a_site_incident_seen_by_one_worker_spares_the_exits_of_every_worker() {
         let g = pools[1].try_acquire(0, None, site).unwrap_or_else(|r| panic!("{r:?}"));
         pools[1].release(g.id, &r403);
     }
-    let out: Vec<_> = pools[1].snapshot().exits.iter().filter(|e| pools[1].state(&e.exit.id, site).unwrap().is_ejected()).map(|e| e.exit.id.clone()).collect();
+    let out: Vec<_> = pools[1]
+        .snapshot()
+        .exits
+        .iter()
+        .filter(|e| pools[1].state(&e.exit.id, site).unwrap().is_ejected())
+        .map(|e| e.exit.id.clone())
+        .collect();
     assert!(out.is_empty(), "no exit is punished during the fleet's incident: {out:?}");
 }

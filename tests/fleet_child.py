@@ -5,7 +5,6 @@ a target imports this module first, and exitpool must also work when it is first
 child that is already running.
 """
 
-
 # Pools a child keeps for its whole life, as a worker that builds its pool once does: nothing
 # drops them before the child ends.
 _kept = []

@@ -123,7 +123,11 @@ fn flapping_exit_does_not_bounce_faster_than_hold_times() {
         let Ok(g) = p.try_acquire(0, None, Some("s.example")) else { continue };
         let report = if g.exit.id == "e0" {
             flip = !flip;
-            if flip { status(200) } else { Report::new(None, None, false, Some(ErrorKind::Timeout), None).unwrap() }
+            if flip {
+                status(200)
+            } else {
+                Report::new(None, None, false, Some(ErrorKind::Timeout), None).unwrap()
+            }
         } else {
             status(200)
         };

@@ -140,7 +140,10 @@ fn lru_cools_per_site() {
     let (p, clock) = pool(2, Config { strategy: Strategy::Lru, cooldown: 8.0, ..cfg() });
     p.try_acquire(0, None, Some("a.example")).unwrap();
     p.try_acquire(0, None, Some("a.example")).unwrap();
-    assert_eq!(p.try_acquire(0, None, Some("a.example")).unwrap_err(), Refusal::Cooling { wait: 8.0, why: "every exit used this site within the lru cooldown" });
+    assert_eq!(
+        p.try_acquire(0, None, Some("a.example")).unwrap_err(),
+        Refusal::Cooling { wait: 8.0, why: "every exit used this site within the lru cooldown" }
+    );
     // Another site is not cooling.
     p.try_acquire(0, None, Some("b.example")).unwrap();
     clock.advance(8.0).unwrap();

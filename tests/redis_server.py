@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Optional, Tuple
 
-
 # Socket names unique within the test run, so a server never takes another's socket for its own.
 _serial = itertools.count()
 
@@ -36,7 +35,7 @@ class RedisServer:
         self.tls = tls
         self.proc: Optional[subprocess.Popen] = None
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         """Starts the server and waits until it accepts connections.
 
         Readiness is judged on the Unix socket only this server creates: a TCP connect alone

@@ -15,7 +15,12 @@ fn seconds() -> impl Strategy<Value = Option<f64>> {
 }
 
 fn status() -> impl Strategy<Value = Option<i64>> {
-    prop_oneof![Just(None), any::<i64>().prop_map(Some), (-5i64..70_000).prop_map(Some), prop::sample::select(vec![429i64, 999, 0, 600]).prop_map(Some)]
+    prop_oneof![
+        Just(None),
+        any::<i64>().prop_map(Some),
+        (-5i64..70_000).prop_map(Some),
+        prop::sample::select(vec![429i64, 999, 0, 600]).prop_map(Some)
+    ]
 }
 
 proptest! {

@@ -36,9 +36,7 @@ fn build(replicas: u32, exits: &[(String, u32)]) -> Ring {
 
 /// The exit id of every key, translating owner handles through `by_handle`.
 fn assignment(ring: &Ring, by_handle: &[&str], keys: &[String]) -> Vec<String> {
-    keys.iter()
-        .map(|k| by_handle[ring.assign(k).expect("a ring with exits assigns every key") as usize].to_owned())
-        .collect()
+    keys.iter().map(|k| by_handle[ring.assign(k).expect("a ring with exits assigns every key") as usize].to_owned()).collect()
 }
 
 fn handles(exits: &[(String, u32)]) -> Vec<&str> {

@@ -361,12 +361,7 @@ fn scripts_reload_after_the_script_cache_is_flushed() {
 // --- a stalled server -------------------------------------------------------------------------
 
 fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .arg("-p")
-        .arg(port.to_string())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().unwrap();
     assert!(out.status.success(), "redis-cli {args:?} failed");
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
@@ -375,13 +370,7 @@ fn cli(port: u16, args: &[&str]) -> String {
 /// arrive meanwhile wait unread, and run when it ends (even if their client gave up).
 fn busy(port: u16, ms: u64) -> Child {
     let script = format!("local t0 = redis.call('TIME') local s0 = t0[1] * 1e6 + t0[2] while true do local t = redis.call('TIME') if t[1] * 1e6 + t[2] - s0 > {} then return 1 end end", ms * 1000);
-    Command::new("redis-cli")
-        .arg("-p")
-        .arg(port.to_string())
-        .args(["EVAL", &script, "0"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+    Command::new("redis-cli").arg("-p").arg(port.to_string()).args(["EVAL", &script, "0"]).stdout(Stdio::null()).spawn().unwrap()
 }
 
 /// Takes a slot of `exit` under a ceiling of one, trying every 20 ms until `within` passes.
@@ -405,14 +394,8 @@ fn releases_during_a_pause_land_after_it(exits: &[&str], pause_ms: u64) {
     let (_server, port) = redis_server();
     let url = format!("redis://127.0.0.1:{port}/0");
     let st = RedisStore::open(&url, "pause").unwrap();
-    let ids: Vec<u64> = exits
-        .iter()
-        .map(|e| granted(st.take(&take(None, &[e], Some(1))).unwrap()).1)
-        .collect();
-    assert_eq!(
-        cli(port, &["CLIENT", "PAUSE", &pause_ms.to_string(), "ALL"]),
-        "OK"
-    );
+    let ids: Vec<u64> = exits.iter().map(|e| granted(st.take(&take(None, &[e], Some(1))).unwrap()).1).collect();
+    assert_eq!(cli(port, &["CLIENT", "PAUSE", &pause_ms.to_string(), "ALL"]), "OK");
     let resumes = Instant::now() + Duration::from_millis(pause_ms);
     for (e, id) in exits.iter().zip(&ids) {
         let _ = st.hand_back(e, *id, Some(Outcome::Success));
@@ -432,10 +415,7 @@ fn releases_during_a_pause_land_after_it(exits: &[&str], pause_ms: u64) {
     std::thread::sleep(resumes.saturating_duration_since(Instant::now()));
     let peer = RedisStore::open(&url, "pause").unwrap();
     for e in exits {
-        assert!(
-            take_within(&peer, e, Duration::from_secs(10)).is_some(),
-            "the slot of {e} stayed held after the pause"
-        );
+        assert!(take_within(&peer, e, Duration::from_secs(10)).is_some(), "the slot of {e} stayed held after the pause");
     }
     assert_eq!(st.backlog(), Ok(()));
     for c in peer.counts(exits).unwrap() {
@@ -474,11 +454,7 @@ fn a_release_that_timed_out_but_ran_late_is_counted_once() {
     std::thread::sleep(Duration::from_millis(1600));
     assert_eq!(st.backlog(), Ok(()));
     let c = &peer.counts(&["a"]).unwrap()[0];
-    assert_eq!(
-        (c.active, c.leases, c.outcomes[Outcome::Block as usize]),
-        (1, 3, 1),
-        "{c:?}"
-    );
+    assert_eq!((c.active, c.leases, c.outcomes[Outcome::Block as usize]), (1, 3, 1), "{c:?}");
 }
 
 #[test]
@@ -496,8 +472,5 @@ fn a_take_that_timed_out_but_ran_late_frees_its_slot() {
     assert!(st.take(&take(None, &["a"], Some(1))).is_err());
     script.wait().unwrap();
     let peer = RedisStore::open(&url, "lost").unwrap();
-    assert!(
-        take_within(&peer, "a", Duration::from_secs(10)).is_some(),
-        "the late take's slot stayed held"
-    );
+    assert!(take_within(&peer, "a", Duration::from_secs(10)).is_some(), "the late take's slot stayed held");
 }

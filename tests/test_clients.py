@@ -30,7 +30,6 @@ from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool
 from exitpool import aiohttp as ep_aiohttp
 from exitpool import httpx as ep_httpx
 from exitpool import requests as ep_requests
-from exitpool.testbed import Testbed
 
 T = 5.0  # every client call is bounded
 SWITCH = 1e-5
@@ -364,7 +363,7 @@ def test_httpx_clients_one_per_exit_reused_and_closed(exitpool_testbed, no_leaks
     pool = Pool(tb.exits)
     clients_of: Dict[str, set] = {}
     with ep_httpx.Clients(timeout=T) as clients:
-        for round_ in range(3):
+        for _round in range(3):
             for i in range(8):
                 with pool.lease(f"acct-{i}") as lease:
                     c = clients.client(lease)
@@ -833,8 +832,7 @@ async def test_aiohttp_exit_session_masks_proxy_credentials_in_request_info(exit
             texts += [repr(info.value), str(info.value), repr(r.request_info)]
             # raise_for_status=True on the request, after a redirect.
             with pytest.raises(aiohttp.ClientResponseError) as info:
-                await http.get(echo.http_url + "/redirect", params={"to": tb.site_url + "/page"}, key=banned[2],
-                               raise_for_status=True)
+                await http.get(echo.http_url + "/redirect", params={"to": tb.site_url + "/page"}, key=banned[2], raise_for_status=True)
             assert info.value.status == 403
             assert_masked(tb, info.value.request_info)
             texts += [repr(info.value), str(info.value), repr(info.value.args)]
@@ -927,15 +925,18 @@ async def test_aiohttp_exit_session_timeouts_are_recorded_as_timeouts(exitpool_t
             # No response headers in time: a slow proxy, from `async with`.
             tb.proxy("exit-0").slow(1.5)
             with pytest.raises(asyncio.TimeoutError):
-                async with http.get(tb.control_url, key=key_for(pool, "exit-0"),
-                                    timeout=aiohttp.ClientTimeout(total=0.3)):
+                async with http.get(tb.control_url, key=key_for(pool, "exit-0"), timeout=aiohttp.ClientTimeout(total=0.3)):
                     raise AssertionError("no response in time")
             tb.proxy("exit-0").slow(None)
             # The headers came, the body stalls: the timeout is raised in your block (through
             # an https tunnel, where the proxy passes bytes on as they come).
             with pytest.raises(asyncio.TimeoutError):
-                async with http.get(echo.https_url + "/drip", key=key_for(pool, "exit-1"), ssl=echo.client_ssl(),
-                                    timeout=aiohttp.ClientTimeout(sock_read=0.3)) as r:
+                async with http.get(
+                    echo.https_url + "/drip",
+                    key=key_for(pool, "exit-1"),
+                    ssl=echo.client_ssl(),
+                    timeout=aiohttp.ClientTimeout(sock_read=0.3),
+                ) as r:
                     assert r.status == 200
                     await r.read()
     finally:

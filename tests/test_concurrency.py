@@ -36,7 +36,6 @@ import threading
 import time
 
 import pytest
-from redis_server import RedisServer
 
 from exitpool import (
     Cooling,
@@ -49,6 +48,7 @@ from exitpool import (
     SessionExitLost,
     UnknownExit,
 )
+from redis_server import RedisServer
 
 PW = "s3cret-pw"
 MAX_LEASES = 2
@@ -66,8 +66,13 @@ REFUSALS = (NoExitAvailable, SessionExitLost, Cooling)
 # Most requests succeed; the rest exercise every health path (blocks, 429s with and without
 # Retry-After, 5xx, timeouts, tunnel failures).
 OUTCOMES = [{"status": 200}] * 30 + [
-    {"status": 403}, {"status": 429, "retry_after": 0.5}, {"status": 429}, {"status": 503},
-    {"error": "timeout"}, {"error": "connect"}, {"status": 200, "captcha": True},
+    {"status": 403},
+    {"status": 429, "retry_after": 0.5},
+    {"status": 429},
+    {"status": 503},
+    {"error": "timeout"},
+    {"error": "connect"},
+    {"status": 200, "captcha": True},
 ]
 
 # The ejection safeguards under test (src/fleet.rs): an exit may go out (quarantined, dead, or
@@ -81,9 +86,7 @@ OUTCOMES = [{"status": 200}] * 30 + [
 MAX_EJECTED = 0.25
 MIN_IN_SERVICE = 1
 HOLDS_A_CAP_SLOT = ("probing", "quarantined", "dead")
-EJECTION_LIMIT = max(
-    min(max(1, math.floor(MAX_EJECTED * n)), n - MIN_IN_SERVICE) for n in range(1, len(CORE) + len(SPARE) + 1)
-)
+EJECTION_LIMIT = max(min(max(1, math.floor(MAX_EJECTED * n)), n - MIN_IN_SERVICE) for n in range(1, len(CORE) + len(SPARE) + 1))
 MAX_EXTRA_LISTENERS = 8
 
 
@@ -104,8 +107,7 @@ SMALL = Scale(30, (60, 20, 20), 6)
 def make_exit(exit_id, capacity=1):
     n = (CORE + SPARE).index(exit_id)
     region = "eu" if int(exit_id[1:]) % 2 else "us"
-    return Exit(exit_id, f"http://user:{PW}@gw.example:{n + 9000}", ip=f"198.51.100.{n + 1}",
-                capacity=capacity, tags={"region": region})
+    return Exit(exit_id, f"http://user:{PW}@gw.example:{n + 9000}", ip=f"198.51.100.{n + 1}", capacity=capacity, tags={"region": region})
 
 
 class Ledger:
@@ -179,16 +181,15 @@ def check_snapshot(pool, ledger):
     m = snap["matrix"]
     assert m["exits"] == [e["exit_id"] for e in snap["exits"]]
     for j, site in enumerate(m["sites"]):
-        scopes[site] = {
-            exit_id: tunnel[exit_id] if row[j] is None else row[j][0] for exit_id, row in zip(m["exits"], m["cells"])
-        }
+        scopes[site] = {exit_id: tunnel[exit_id] if row[j] is None else row[j][0] for exit_id, row in zip(m["exits"], m["cells"])}
     figures = snap["pool"]
     for scope, states in scopes.items():
         out = sorted(i for i, s in states.items() if s in HOLDS_A_CAP_SLOT)
         assert len(out) <= EJECTION_LIMIT, (
             f"{scope}: {out} out of service at once; with max_ejected {MAX_EJECTED} and min_in_service "
             f"{MIN_IN_SERVICE} no more than {EJECTION_LIMIT} of {len(CORE) + len(SPARE)} may be "
-            f"(now {figures['in_service']} in service, {figures['benched']} benched)")
+            f"(now {figures['in_service']} in service, {figures['benched']} benched)"
+        )
         with ledger.lock:
             ledger.max_out = max(ledger.max_out, len(out))
     # The published figures say the same: the count per state, and the ejected fraction (exits
@@ -562,16 +563,28 @@ def test_threads_and_event_loops_on_one_pool(store, strategy, switch_often, requ
     clock = ManualClock()
     pool = Pool(
         [make_exit(i, 1 + n % 3) for n, i in enumerate(CORE)],
-        strategy=strategy, max_leases=MAX_LEASES, clock=clock, seed=11, calibrate=True,
+        strategy=strategy,
+        max_leases=MAX_LEASES,
+        clock=clock,
+        seed=11,
+        calibrate=True,
         # Nothing expires on its own, so that the ceilings counted in the workers are exact;
         # sessions end only by end_session.
-        lease_ttl=1e6, session_ttl=2e6,
+        lease_ttl=1e6,
+        session_ttl=2e6,
         # Quarantines, 429 cooldowns and incidents come and go within the run, as the clock
         # ticks 10 ms for every real millisecond. 3 weighted failures trip, and quarantines last
         # 10 to 40 clock seconds, so that this workload pushes against the ejection cap.
-        health={"consecutive": 3.0, "base_ejection": 10.0 / slow, "max_ejection": 40.0 / slow,
-                "max_ejected": MAX_EJECTED, "min_in_service": MIN_IN_SERVICE, "min_hold": 0.5,
-                "rate_limit_cooldown": 1.0, "incident_interval": 0.05},
+        health={
+            "consecutive": 3.0,
+            "base_ejection": 10.0 / slow,
+            "max_ejection": 40.0 / slow,
+            "max_ejected": MAX_EJECTED,
+            "min_in_service": MIN_IN_SERVICE,
+            "min_hold": 0.5,
+            "rate_limit_cooldown": 1.0,
+            "incident_interval": 0.05,
+        },
         **options,
     )
     views = [pool, pool, pool.subset(region="eu"), pool.subset(region="us")]
@@ -599,8 +612,9 @@ def test_threads_and_event_loops_on_one_pool(store, strategy, switch_often, requ
 
     pairs = [Pair() for _ in range(THREADS // 2)]
     threads = [
-        threading.Thread(target=thread_worker, args=(pool, views, ledger, admin, pairs[i // 2], i % 2 == 0, i, scale),
-                         name=f"worker-{i}", daemon=True)
+        threading.Thread(
+            target=thread_worker, args=(pool, views, ledger, admin, pairs[i // 2], i % 2 == 0, i, scale), name=f"worker-{i}", daemon=True
+        )
         for i in range(THREADS)
     ] + [
         threading.Thread(target=loop_worker, args=(views, ledger, admin, n, seed, scale), name=f"loop-{seed}", daemon=True)
@@ -646,8 +660,7 @@ def test_threads_and_event_loops_on_one_pool(store, strategy, switch_often, requ
     seen = pool.events()
     snap = pool.snapshot()
     c = snap["counts"]
-    assert (c["acquired"], c["released"], c["expired"], snap["live_leases"]) == (
-        ledger.acquired, ledger.released, 0, 0)
+    assert (c["acquired"], c["released"], c["expired"], snap["live_leases"]) == (ledger.acquired, ledger.released, 0, 0)
     assert c["ignored_releases"] == ledger.ignored  # the losing half of each shared release
     assert sum(c["outcomes"].values()) == c["released"]
     assert all(e["active_leases"] == 0 for e in snap["exits"])

@@ -129,11 +129,28 @@ def test_every_option_reaches_pool_as_written(tmp_path):
         "calibrate": True,
         "warmup": {"ramp": 900, "initial_interval": 20, "horizon": 3600},
         "health": {
-            "consecutive": 4, "degrade_at": 1.5, "block_weight": 2, "connect_weight": 1.5, "window": 32,
-            "min_calls": 12, "failure_rate": 0.4, "captcha_rate": 0.2, "captcha_consecutive": 2,
-            "recover_successes": 6, "half_open_trials": 2, "base_ejection": 20, "max_ejection": 300,
-            "jitter": 0.1, "min_hold": 5, "forgive_after": 300, "dead_after": 4, "max_ejected": 0.5,
-            "min_in_service": 2, "incident_fraction": 0.6, "incident_min_exits": 4, "incident_interval": 0.5,
+            "consecutive": 4,
+            "degrade_at": 1.5,
+            "block_weight": 2,
+            "connect_weight": 1.5,
+            "window": 32,
+            "min_calls": 12,
+            "failure_rate": 0.4,
+            "captcha_rate": 0.2,
+            "captcha_consecutive": 2,
+            "recover_successes": 6,
+            "half_open_trials": 2,
+            "base_ejection": 20,
+            "max_ejection": 300,
+            "jitter": 0.1,
+            "min_hold": 5,
+            "forgive_after": 300,
+            "dead_after": 4,
+            "max_ejected": 0.5,
+            "min_in_service": 2,
+            "incident_fraction": 0.6,
+            "incident_min_exits": 4,
+            "incident_interval": 0.5,
             "rate_limit_cooldown": 15,
         },
     }
@@ -427,8 +444,12 @@ BAD_EXITS = [
     (exit_table(PROXY, 'tags = "DE"'), "exit[0].tags", 3, "must be a table"),
     (exit_table(PROXY, 'id = " padded"'), "exit[0].id", 3, "surrounding spaces"),
     # No id: the one made from the proxy (user@host:port) is refused, and the proxy is to blame.
-    (exit_table('ip = "93.184.10.7"', f'proxy = "http://\\u0001user:{PASSWORD}@gw.example:1"'), "exit[0].proxy", 3,
-     "control characters (the id an [[exit]] without `id` gets"),
+    (
+        exit_table('ip = "93.184.10.7"', f'proxy = "http://\\u0001user:{PASSWORD}@gw.example:1"'),
+        "exit[0].proxy",
+        3,
+        "control characters (the id an [[exit]] without `id` gets",
+    ),
     (exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")), "exit[1]", 4, "duplicate exit id 'user@gw.example:8000'"),
     ("exit = 5", "exit", 1, "must be [[exit]] tables"),
     ('exits_file = "nowhere.txt"', "exits_file", 1, "does not exist"),
@@ -742,8 +763,12 @@ def test_a_key_a_table_header_defines_implicitly_is_named_at_the_header(tmp_path
         ("[health]\nwindow = 18446744073709551616", "health.window", 3, "18446744073709551616 is outside 0..=4294967295"),
         # The ring these exits (capacities 1 and 2) would need at 100,000 replicas fits; at a
         # capacity of 10,000 it would not: the blame goes to replicas, with every figure.
-        ("replicas = 100000\n[[exit]]\nproxy = \"http://gw.example:1\"\ncapacity = 10000", "replicas", 2,
-         "the ring would hold 1000300000 points (3 exits, capacity total 10003, times replicas 100000)"),
+        (
+            'replicas = 100000\n[[exit]]\nproxy = "http://gw.example:1"\ncapacity = 10000',
+            "replicas",
+            2,
+            "the ring would hold 1000300000 points (3 exits, capacity total 10003, times replicas 100000)",
+        ),
     ],
 )
 def test_sizes_and_integers_are_blamed_on_their_key(tmp_path, text, key, line, message):

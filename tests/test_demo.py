@@ -32,7 +32,13 @@ def test_exitpool_beats_the_naive_pick_on_every_row():
 def test_the_demo_command_prints_the_table(capsys):
     assert cli(["demo", "--duration", "3", "--plain"]) == 0
     out = capsys.readouterr().out
-    for row in ("success rate", "captcha rate", "account IP changes mid-session", "requests through dead exits",
-                "exits falsely quarantined in the incident", "keys moved when one exit is removed"):
+    for row in (
+        "success rate",
+        "captcha rate",
+        "account IP changes mid-session",
+        "requests through dead exits",
+        "exits falsely quarantined in the incident",
+        "keys moved when one exit is removed",
+    ):
         assert re.search(rf"^{re.escape(row)}\s+\S+\s+\S+$", out, flags=re.M), row
     assert cli(["demo", "--duration", "1"]) == 2

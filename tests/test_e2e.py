@@ -33,7 +33,7 @@ async def test_each_account_reaches_the_site_from_its_exits_ip_only():
         pool = Pool(tb.exits)
         site = tb.site.host_port
         homes = {}
-        for round_ in range(6):
+        for _round in range(6):
             for i in range(12):
                 key = f"acct-{i}"
                 exit_id, status = await fetch(s, pool, key, site, tb.site_url + "/page", {"X-Account": key})

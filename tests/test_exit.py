@@ -199,8 +199,7 @@ def test_repr_shows_every_non_default_field():
         tags={"kind": "mobile", "country": "DE"},
     )
     assert repr(e) == (
-        "Exit('sess-a1b2', 'http://user:[secure]@gw.example:8000', ip='93.184.10.7', capacity=3, "
-        "tags={'country': 'DE', 'kind': 'mobile'})"
+        "Exit('sess-a1b2', 'http://user:[secure]@gw.example:8000', ip='93.184.10.7', capacity=3, tags={'country': 'DE', 'kind': 'mobile'})"
     )
     assert str(e) == "sess-a1b2 via http://user:[secure]@gw.example:8000"
     assert repr(Exit("出口-東京", "http://h:1", capacity=2)) == "Exit('出口-東京', 'http://h:1', capacity=2)"
@@ -615,9 +614,18 @@ INT_ARGUMENTS = {
     "Pool seed": (lambda n: _pool(seed=n), "seed", 0, U64),
     "Pool.events since": (lambda n: _pool().events(n), "since", 0, U64),
     **{
-        f"Pool health {k}": ((lambda k: lambda n: _pool(health={k: n}))(k), f"health {k}", 0, U32)
-        for k in ("window", "min_calls", "captcha_consecutive", "recover_successes", "half_open_trials", "dead_after",
-                  "min_in_service", "incident_min_exits")
+        # The outer lambda binds k now (ruff's B023 does not see through the immediate call).
+        f"Pool health {k}": ((lambda k: lambda n: _pool(health={k: n}))(k), f"health {k}", 0, U32)  # noqa: B023
+        for k in (
+            "window",
+            "min_calls",
+            "captcha_consecutive",
+            "recover_successes",
+            "half_open_trials",
+            "dead_after",
+            "min_in_service",
+            "incident_min_exits",
+        )
     },
 }
 
@@ -632,8 +640,13 @@ def _shown(n: int) -> str:
 @given(data=st.data())
 def test_an_integer_out_of_its_range_is_invalid_input_naming_it_the_value_and_the_range(entry, data):
     call, name, lo, hi = INT_ARGUMENTS[entry]
-    n = data.draw(st.one_of(st.integers(max_value=lo - 1), st.integers(min_value=hi + 1),
-                            st.sampled_from([lo - 1, hi + 1, -(2**64), 2**64, 2**128, -(2**200), 10**60])))
+    n = data.draw(
+        st.one_of(
+            st.integers(max_value=lo - 1),
+            st.integers(min_value=hi + 1),
+            st.sampled_from([lo - 1, hi + 1, -(2**64), 2**64, 2**128, -(2**200), 10**60]),
+        )
+    )
     with pytest.raises(InvalidInput) as info:
         call(n)
-    assert str(info.value) .startswith(f"{name} {_shown(n)} is outside {lo}..={hi}"), str(info.value)
+    assert str(info.value).startswith(f"{name} {_shown(n)} is outside {lo}..={hi}"), str(info.value)

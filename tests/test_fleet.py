@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from redis_server import RedisServer
 
 import exitpool
 from exitpool import Exit, Pool
+from redis_server import RedisServer
 
 WORKER = Path(__file__).parent / "fleet" / "worker.py"
 
@@ -185,7 +185,10 @@ def test_snapshot_shows_the_fleet(store):
 
 
 def test_processes_never_exceed_the_shared_ceiling(redis):
-    procs = [worker("hold", redis.url, "ceil", order, seconds=3.0, hold=0.004, exits=3, pool={"max_leases": 2}) for order in ("forward", "backward", "forward", "backward")]
+    procs = [
+        worker("hold", redis.url, "ceil", order, seconds=3.0, hold=0.004, exits=3, pool={"max_leases": 2})
+        for order in ("forward", "backward", "forward", "backward")
+    ]
     spans = [s for p in procs for s in result(p)["spans"]]
     peak = max_overlap(spans)
     assert len(spans) > 200, "the workers leased too little to say anything"
@@ -335,7 +338,7 @@ def test_script_cache_flushed_mid_run(redis):
     for i in range(20):
         if i == 10:
             assert redis.cli("SCRIPT", "FLUSH").strip() == "OK"
-        with pool.lease() as lease:
+        with pool.lease():
             pass
     assert "store_unavailable" not in kinds
     assert pool.snapshot()["store"]["online"] is True
@@ -377,7 +380,7 @@ def test_credentials_of_the_store_stay_secret(tmp_path):
     server = RedisServer(tmp_path, password="s3cr3t-Pa55").start()
     try:
         pool = Pool(exits(2), store=server.url, namespace="pw")
-        with pool.lease() as lease:
+        with pool.lease():
             pass
         with pytest.raises(exitpool.InvalidInput) as wrong:  # refused, not served from local state
             Pool(exits(2), store=server.url.replace("s3cr3t-Pa55", "wrong-Pa55"), namespace="pw")
@@ -409,7 +412,22 @@ def test_bad_store_arguments_are_refused():
 def test_rediss_over_tls(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost"],
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ],
         check=True,
         capture_output=True,
         timeout=60,

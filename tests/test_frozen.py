@@ -84,7 +84,7 @@ def pyclasses(source: str) -> list[tuple[str, bool]]:
 
 def test_the_checker_tells_frozen_from_not():
     """The parser itself: it must flag what the guard is for, however the attribute is written."""
-    src = '''
+    src = """
         #[pyclass(name = "A", module = "exitpool", frozen)]
         pub struct PyA { x: u32 }
         // #[pyclass(name = "Commented")] struct Gone;
@@ -101,7 +101,7 @@ def test_the_checker_tells_frozen_from_not():
         struct PyE;
         #[pyclass(name = "F", unfrozen_like)]
         struct PyF;
-    '''
+    """
     assert pyclasses(src) == [("PyA", True), ("PyB", False), ("PyC", False), ("PyD", True), ("PyE", False), ("PyF", False)]
 
 

@@ -33,12 +33,22 @@ def test_a_bounded_fuzzing_run_finds_nothing(tmp_path, fuzzer, seeds):
     shutil.copytree(FUZZ / "seeds" / seeds, corpus)  # libFuzzer adds to its corpus: not the repo's
     # -timeout bounds one input (a hang is a finding); -max_total_time the whole run, checked
     # between inputs, so the worst case is their sum.
-    command = [sys.executable, str(FUZZ / fuzzer), f"-seed={seed}", f"-max_total_time={SECONDS}", "-max_len=4096",
-               "-timeout=10", "-rss_limit_mb=2048", f"-artifact_prefix={tmp_path}/", str(corpus)]
+    command = [
+        sys.executable,
+        str(FUZZ / fuzzer),
+        f"-seed={seed}",
+        f"-max_total_time={SECONDS}",
+        "-max_len=4096",
+        "-timeout=10",
+        "-rss_limit_mb=2048",
+        f"-artifact_prefix={tmp_path}/",
+        str(corpus),
+    ]
     r = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=SECONDS + 120)
     found = sorted(tmp_path.glob("crash-*")) + sorted(tmp_path.glob("timeout-*")) + sorted(tmp_path.glob("oom-*"))
-    replay = (f"-seed={seed}: replay the run with EXITPOOL_FUZZ_SEED={seed} python -m pytest tests/test_fuzz.py -k {seeds}"
-              + "".join(f"\nor the input with: {sys.executable} {FUZZ / fuzzer} {p}" for p in found))
+    replay = f"-seed={seed}: replay the run with EXITPOOL_FUZZ_SEED={seed} python -m pytest tests/test_fuzz.py -k {seeds}" + "".join(
+        f"\nor the input with: {sys.executable} {FUZZ / fuzzer} {p}" for p in found
+    )
     assert r.returncode == 0 and not found, f"{replay}\n{r.stderr[-6000:]}"
     done = re.search(r"Done (\d+) runs in (\d+) second", r.stderr)
     assert done, f"{replay}\n{r.stderr[-3000:]}"
@@ -72,8 +82,13 @@ REGRESSION = textwrap.dedent(
 
 
 def test_the_ipv6_regression_seed_builds_its_line_and_the_checks_flag_it(tmp_path):
-    r = subprocess.run([sys.executable, "-c", REGRESSION, str(FUZZ), str(FUZZ / "seeds" / "proxy_list" / "ipv6-provider-line-as-id.bin")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", REGRESSION, str(FUZZ), str(FUZZ / "seeds" / "proxy_list" / "ipv6-provider-line-as-id.bin")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     lines, flagged = r.stdout.strip().splitlines()[-2:]
     assert lines == repr(["[::1]:8000:user:Pl4ntedS3cret gw.example:8001"])

@@ -36,8 +36,7 @@ OUT = ("quarantined", "dead")
 def make_pool(n=10, *, clock, capacities=None, **kw):
     """`n` exits e0..e(n-1), each tagged with its own id so `only(pool, id)` can aim at it."""
     exits = [
-        Exit(f"e{i}", f"http://user:{PW}@gw.example:{8000 + i}", tags={"id": f"e{i}"},
-             capacity=(capacities or {}).get(f"e{i}", 1))
+        Exit(f"e{i}", f"http://user:{PW}@gw.example:{8000 + i}", tags={"id": f"e{i}"}, capacity=(capacities or {}).get(f"e{i}", 1))
         for i in range(n)
     ]
     kw.setdefault("strategy", "round_robin")
@@ -144,9 +143,7 @@ def test_a_429_cools_only_that_exit_for_that_site_and_honours_retry_after(clock)
     with pytest.raises(Cooling) as info:
         view.acquire(site=SHOP, timeout=0)
     assert info.value.retry_after == 12.0
-    assert str(info.value) == (
-        'subset(id="e0"): every exit that could serve was rate-limited by this site (429); retry after 12.000 s'
-    )
+    assert str(info.value) == ('subset(id="e0"): every exit that could serve was rate-limited by this site (429); retry after 12.000 s')
     clock.advance(11.5)
     with pytest.raises(Cooling) as info:
         view.acquire(site=SHOP, timeout=0)
@@ -199,9 +196,7 @@ def test_timeouts_count_one_each(clock):
     assert pool.state("e0", SHOP) == "quarantined"
     assert pool.state("e0") == "healthy"  # a timeout is an answer from the far side of the tunnel
     assert pool.state("e0", NEWS) == "healthy"
-    assert changes(pool, "e0") == [
-        (0.0, "healthy", "quarantined", "healthy -> quarantined: 5 weighted consecutive failures (threshold 5)")
-    ]
+    assert changes(pool, "e0") == [(0.0, "healthy", "quarantined", "healthy -> quarantined: 5 weighted consecutive failures (threshold 5)")]
 
 
 def test_connection_errors_take_the_exit_out_for_every_site(clock):
@@ -217,9 +212,7 @@ def test_connection_errors_take_the_exit_out_for_every_site(clock):
             raise ConnectionError("proxy closed the connection")
     for site in (None, SHOP, NEWS, "never-leased.example"):
         assert pool.state("e0", site) == "quarantined", site
-    assert changes(pool, "e0") == [
-        (0.0, "healthy", "quarantined", "healthy -> quarantined: 5 weighted consecutive failures (threshold 5)")
-    ]
+    assert changes(pool, "e0") == [(0.0, "healthy", "quarantined", "healthy -> quarantined: 5 weighted consecutive failures (threshold 5)")]
     (e,) = events(pool, exit_id="e0")
     assert e["site"] is None  # the tunnel, not a site
     (row,) = [r for r in pool.snapshot()["exits"] if r["exit_id"] == "e0"]
@@ -339,9 +332,7 @@ def test_half_open_admits_exactly_its_trial_leases_then_recovers(clock):
     assert pool.state("e0", SHOP) == "probing"
     hit(pool, "e0", SHOP)  # the 8th: recover_successes
     assert pool.state("e0", SHOP) == "healthy"
-    assert [c[1:3] for c in changes(pool, "e0")] == [
-        ("healthy", "quarantined"), ("quarantined", "probing"), ("probing", "healthy")
-    ]
+    assert [c[1:3] for c in changes(pool, "e0")] == [("healthy", "quarantined"), ("quarantined", "probing"), ("probing", "healthy")]
     assert changes(pool, "e0")[-1][3] == "probing -> healthy: 8 consecutive successes"
     assert served(pool, SHOP, 10)["e0"] == 1  # back at full share
 
@@ -383,9 +374,7 @@ def test_failed_trials_double_the_backoff_and_five_failed_returns_mean_dead(cloc
         only(pool, "e0").acquire(site=SHOP, timeout=0)
     with pytest.raises(SessionExitLost) as info:
         pool.acquire(key, site=SHOP, timeout=0)
-    assert str(info.value) == (
-        f'session of key "{key}" is bound to exit "e0", but its exit is dead; end it with end_session(key)'
-    )
+    assert str(info.value) == (f'session of key "{key}" is bound to exit "e0", but its exit is dead; end it with end_session(key)')
     pool.revive("e0")
     assert pool.state("e0", SHOP) == "healthy"
     assert changes(pool, "e0")[-1] == (clock.now(), "dead", "healthy", "dead -> healthy: revived")
@@ -511,11 +500,10 @@ def test_at_most_one_of_ten_exits_is_ejected_for_a_site(clock):
     assert [pool.state(i, SHOP) for i in ("e0", "e1", "e2")] == ["quarantined", "degraded", "degraded"]
     refused = events(pool, kind="ejection_refused")
     assert [(e["exit_id"], e["site"], e["from"], e["to"]) for e in refused] == [
-        ("e1", SHOP, "healthy", "degraded"), ("e2", SHOP, "healthy", "degraded")
+        ("e1", SHOP, "healthy", "degraded"),
+        ("e2", SHOP, "healthy", "degraded"),
     ]
-    assert refused[0]["message"] == (
-        "healthy -> degraded: ejection refused (cap, minimum in service or incident): reduced weight instead"
-    )
+    assert refused[0]["message"] == ("healthy -> degraded: ejection refused (cap, minimum in service or incident): reduced weight instead")
     assert all(pool.state(f"e{i}", SHOP) == "healthy" for i in range(3, 10))
 
 
@@ -580,7 +568,9 @@ def test_everything_failing_on_one_site_is_an_incident_not_an_avalanche(clock):
             refused += 1
             waits.append(c.retry_after)
             if len(waits) == 1:
-                assert str(c) == f"the pool: this site has an open incident, so its leases are spaced out; retry after {c.retry_after:.3f} s"
+                assert (
+                    str(c) == f"the pool: this site has an open incident, so its leases are spaced out; retry after {c.retry_after:.3f} s"
+                )
             continue
         granted += failing
         pool.release(lease, status=403 if failing else 200)
@@ -668,7 +658,7 @@ def test_scenario_incident_without_avalanche(clock):
     worst = 0
     recovered_at = None
     seen_after = set()
-    for step in range(2400):
+    for _step in range(2400):
         clock.advance(0.25)
         failing = clock.now() <= 120.0
         try:
@@ -715,7 +705,7 @@ def test_scenario_flapping_exit_does_not_bounce_faster_than_hold_times(clock):
     assert len(entries) == 5, moves
     assert pool.state("e0", SHOP) == "dead"
     # Each quarantine lasts at least 80% of base x 2^(n-1): the backoff grows.
-    assert all(stay >= 0.8 * 30.0 * 2 ** n - 1e-9 for n, stay in enumerate(stays)), stays
+    assert all(stay >= 0.8 * 30.0 * 2**n - 1e-9 for n, stay in enumerate(stays)), stays
     assert min(gaps) >= 24.0, gaps
     # A serving stretch that ends other than by a trip lasts at least min_hold.
     for a, b in zip(moves, moves[1:]):
@@ -746,7 +736,7 @@ def test_adaptive_weight_is_neutral_until_20_reports_then_follows_success_square
 
 def test_adaptive_weight_slows_a_slow_exit(clock):
     pool = make_pool(3, clock=clock, strategy="weighted")
-    for n in range(20):
+    for _n in range(20):
         hit(pool, "e0", SHOP, status=200, latency=3.0)  # twice the 1.5 s par: half weight
         hit(pool, "e1", SHOP, status=200, latency=0.2)
     got = served(pool, SHOP, 500, error="other")
@@ -828,14 +818,27 @@ def test_every_state_change_is_an_event_and_since_pages(clock):
     every = events(pool)
     assert [e["seq"] for e in every] == list(range(len(every)))
     assert [(e["kind"], e["exit_id"], e["site"], e["from"], e["to"], e["time"], e["message"]) for e in every] == [
-        ("state_changed", "e0", SHOP, "healthy", "quarantined", 0.0,
-         "healthy -> quarantined: 6 weighted consecutive failures (threshold 5)"),
+        (
+            "state_changed",
+            "e0",
+            SHOP,
+            "healthy",
+            "quarantined",
+            0.0,
+            "healthy -> quarantined: 6 weighted consecutive failures (threshold 5)",
+        ),
         ("state_changed", "e0", SHOP, "quarantined", "probing", 30.0, "quarantined -> probing: quarantine of 30.0 s is over"),
         ("state_changed", "e0", SHOP, "probing", "healthy", 30.0, "probing -> healthy: 8 consecutive successes"),
-        ("state_changed", "e5", None, "healthy", "degraded", 30.0,
-         "healthy -> degraded: 2 weighted consecutive failures (threshold 5)"),
-        ("state_changed", "e5", None, "degraded", "quarantined", 30.0,
-         "degraded -> quarantined: 5 weighted consecutive failures (threshold 5)"),
+        ("state_changed", "e5", None, "healthy", "degraded", 30.0, "healthy -> degraded: 2 weighted consecutive failures (threshold 5)"),
+        (
+            "state_changed",
+            "e5",
+            None,
+            "degraded",
+            "quarantined",
+            30.0,
+            "degraded -> quarantined: 5 weighted consecutive failures (threshold 5)",
+        ),
         ("state_changed", "e5", None, "quarantined", "healthy", 30.0, "quarantined -> healthy: revived"),
     ]
     assert events(pool, since=3) == every[3:]
@@ -872,12 +875,20 @@ def test_no_proxy_password_in_any_event_or_message(clock):
             texts.append(str(c))
             continue
         pool.release(lease, status=403 if step < 120 else 200)
-    for step in range(60):
+    for _step in range(60):
         clock.advance(0.1)
         pool.release(pool.acquire(site="net.example", timeout=0), error="connect")
     pool.recalibrate()
     kinds = {e["kind"] for e in events(pool)}  # events() checks every one for the password
-    assert {"state_changed", "ejection_refused", "session_lost", "lease_expired", "site_incident_opened",
-            "site_incident_closed", "global_incident_opened", "benched"} <= kinds, kinds
+    assert {
+        "state_changed",
+        "ejection_refused",
+        "session_lost",
+        "lease_expired",
+        "site_incident_opened",
+        "site_incident_closed",
+        "global_incident_opened",
+        "benched",
+    } <= kinds, kinds
     texts += [repr(pool.snapshot()), repr(pool), *(repr(e) for e in events(pool))]
     assert not [t for t in texts if PW in t]

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_server import RedisServer
 
-from exitpool import Cooling, Exit, InvalidInput, ManualClock, NoExitAvailable, Pool, load_exits
+from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool, load_exits
 from exitpool._core import BLOCK_STATUSES
+from redis_server import RedisServer
 
 
 def make_exits(n, **kw):
@@ -138,9 +138,22 @@ async def test_a_task_cancelled_during_its_async_exit_still_releases(redis):
 # --- point 4: any status a client gives is an outcome; release always frees the slot ------------
 
 STATUS_TABLE = [
-    (200, "success"), (404, "success"), (100, "success"), (403, "block"), (407, "block"), (451, "block"),
-    (999, "block"), (429, "rate_limited"), (503, "target_error"), (599, "target_error"),
-    (0, "other"), (99, "other"), (600, "other"), (998, "other"), (1000, "other"), (65535, "other"),
+    (200, "success"),
+    (404, "success"),
+    (100, "success"),
+    (403, "block"),
+    (407, "block"),
+    (451, "block"),
+    (999, "block"),
+    (429, "rate_limited"),
+    (503, "target_error"),
+    (599, "target_error"),
+    (0, "other"),
+    (99, "other"),
+    (600, "other"),
+    (998, "other"),
+    (1000, "other"),
+    (65535, "other"),
 ]
 
 

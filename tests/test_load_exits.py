@@ -140,13 +140,21 @@ def test_loaded_exits_feed_a_ring():
 
 
 def test_id_survives_a_password_change():
-    before = load_exits(["gw.example:8000:user-sess-1:old-pw", "user-sess-2:old-pw@gw.example:8000", "http://user-sess-3:old@gw.example:8000"])
-    after = load_exits(["gw.example:8000:user-sess-1:new-pw", "user-sess-2:new-pw@gw.example:8000", "http://user-sess-3:new@gw.example:8000"])
-    assert [e.exit_id for e in before] == [e.exit_id for e in after] == [
-        "user-sess-1@gw.example:8000",
-        "user-sess-2@gw.example:8000",
-        "user-sess-3@gw.example:8000",
-    ]
+    before = load_exits(
+        ["gw.example:8000:user-sess-1:old-pw", "user-sess-2:old-pw@gw.example:8000", "http://user-sess-3:old@gw.example:8000"]
+    )
+    after = load_exits(
+        ["gw.example:8000:user-sess-1:new-pw", "user-sess-2:new-pw@gw.example:8000", "http://user-sess-3:new@gw.example:8000"]
+    )
+    assert (
+        [e.exit_id for e in before]
+        == [e.exit_id for e in after]
+        == [
+            "user-sess-1@gw.example:8000",
+            "user-sess-2@gw.example:8000",
+            "user-sess-3@gw.example:8000",
+        ]
+    )
     assert [e.password for e in after] == ["new-pw", "new-pw", "new"]
     # So the ring keeps every account where it was.
     keys = [f"account-{i}" for i in range(2000)]
@@ -245,8 +253,7 @@ BAD_LINES = [
     ),
     (
         "gw.example:port:user:hunter2",
-        'cannot read "gw.example:port:user:[secure]" as a proxy '
-        "(expected a URL, host:port, host:port:user:pass or user:pass@host:port)",
+        'cannot read "gw.example:port:user:[secure]" as a proxy (expected a URL, host:port, host:port:user:pass or user:pass@host:port)',
     ),
     (
         "gw.example",
@@ -297,9 +304,7 @@ def test_bad_line_from_a_file_names_the_file_and_line(tmp_path, line, message):
 def test_duplicate_ids_from_lines():
     with pytest.raises(InvalidInput) as info:
         load_exits(["gw.example:8000:user:hunter2", "# the same session, rotated password", "gw.example:8000:user:hunter3"])
-    assert str(info.value) == (
-        'duplicate exit id "user@gw.example:8000" on lines 1 and 3 (an id column tells them apart: `id=NAME`)'
-    )
+    assert str(info.value) == ('duplicate exit id "user@gw.example:8000" on lines 1 and 3 (an id column tells them apart: `id=NAME`)')
     assert "hunter" not in str(info.value)
 
 
@@ -307,18 +312,14 @@ def test_duplicate_ids_from_a_file(tmp_path):
     path = write(tmp_path, "sess-a1b2 gw.example:8000:u:hunter2\ngw.example:8001\nsess-a1b2 gw.example:8002:u:hunter3\n")
     with pytest.raises(InvalidInput) as info:
         load_exits(path)
-    assert str(info.value) == (
-        f'{path}: duplicate exit id "sess-a1b2" on lines 1 and 3 (an id column tells them apart: `id=NAME`)'
-    )
+    assert str(info.value) == (f'{path}: duplicate exit id "sess-a1b2" on lines 1 and 3 (an id column tells them apart: `id=NAME`)')
     assert "hunter" not in str(info.value)
 
 
 def test_duplicate_between_an_id_field_and_a_derived_id():
     with pytest.raises(InvalidInput) as info:
         load_exits(["gw.example:8000", "gw.example:8001 id=gw.example:8000"])
-    assert str(info.value) == (
-        'duplicate exit id "gw.example:8000" on lines 1 and 2 (an id column tells them apart: `id=NAME`)'
-    )
+    assert str(info.value) == ('duplicate exit id "gw.example:8000" on lines 1 and 2 (an id column tells them apart: `id=NAME`)')
 
 
 def test_not_utf8_file(tmp_path):

@@ -102,17 +102,32 @@ CLASSES = ("success", "captcha", "block", "rate_limited", "target_error", "timeo
 # A twitchy, a fast and a default lifecycle: low thresholds, short backoffs and short holds
 # reach every state (probing, failed returns, dead) within a few steps.
 HEALTH = (
-    {"consecutive": 2.0, "degrade_at": 1.0, "captcha_consecutive": 2, "recover_successes": 2, "half_open_trials": 1,
-     "window": 8, "min_calls": 4, "base_ejection": 5.0, "max_ejection": 20.0, "min_hold": 1.0, "forgive_after": 30.0,
-     "dead_after": 2},
+    {
+        "consecutive": 2.0,
+        "degrade_at": 1.0,
+        "captcha_consecutive": 2,
+        "recover_successes": 2,
+        "half_open_trials": 1,
+        "window": 8,
+        "min_calls": 4,
+        "base_ejection": 5.0,
+        "max_ejection": 20.0,
+        "min_hold": 1.0,
+        "forgive_after": 30.0,
+        "dead_after": 2,
+    },
     {"base_ejection": 5.0, "max_ejection": 20.0, "min_hold": 2.0, "forgive_after": 30.0, "dead_after": 2},
     {},
 )
 
 
 def make_exit(exit_id, capacity):
-    return Exit(exit_id, f"http://user:{PW}@gw.example:{8000 + IDS.index(exit_id)}",
-                capacity=capacity, tags={"region": REGION[exit_id], "id": exit_id})
+    return Exit(
+        exit_id,
+        f"http://user:{PW}@gw.example:{8000 + IDS.index(exit_id)}",
+        capacity=capacity,
+        tags={"region": REGION[exit_id], "id": exit_id},
+    )
 
 
 def in_view(exit_id, view):
@@ -124,9 +139,7 @@ def ring_points(members):
     """The ring of ``members`` ((exit_id, capacity), ...) as the design defines it: sorted
     positions and their owners."""
     points = sorted(
-        (_position(f"vnode:{exit_id}:{v}"), exit_id)
-        for exit_id, capacity in members
-        for v in range(max(1, capacity) * REPLICAS)
+        (_position(f"vnode:{exit_id}:{v}"), exit_id) for exit_id, capacity in members for v in range(max(1, capacity) * REPLICAS)
     )
     # The model's ring must be the pool's: every walk starts at exitpool.Ring's owner.
     ring = Ring([make_exit(e, c) for e, c in members], replicas=REPLICAS) if members else None
@@ -164,7 +177,7 @@ class PoolModel(RuleBasedStateMachine):
     """The pool against the model of the manual's rules."""
 
     # The pool's state: its own (None), or a shared store (a URL) that it then decides through.
-    store: "str | None" = None
+    store: str | None = None
     # Whether the clock may move. A Redis store keeps the server's time, which a manual clock
     # cannot move, so on Redis the machine runs without TTLs passing.
     advances = True
@@ -187,8 +200,7 @@ class PoolModel(RuleBasedStateMachine):
         min_in_service=st.sampled_from([1, 2]),
         health=st.sampled_from(HEALTH),
     )
-    def build(self, n, capacities, max_leases, strategy, seed, lease_ttl, session_ttl, max_ejected,
-              min_in_service, health):
+    def build(self, n, capacities, max_leases, strategy, seed, lease_ttl, session_ttl, max_ejected, min_in_service, health):
         self.clock = ManualClock()
         self.capacity = dict(zip(IDS, capacities))
         self.max_leases = max_leases
@@ -200,8 +212,13 @@ class PoolModel(RuleBasedStateMachine):
         self.min_in_service = min_in_service
         self.pool = make_pool(
             [make_exit(i, self.capacity[i]) for i in IDS[:n]],
-            clock=self.clock, seed=seed, strategy=strategy, replicas=REPLICAS, max_leases=max_leases,
-            lease_ttl=lease_ttl, session_ttl=session_ttl,
+            clock=self.clock,
+            seed=seed,
+            strategy=strategy,
+            replicas=REPLICAS,
+            max_leases=max_leases,
+            lease_ttl=lease_ttl,
+            session_ttl=session_ttl,
             health=dict(health, max_ejected=max_ejected, min_in_service=min_in_service),
             **self.store_options(),
         )
@@ -234,10 +251,7 @@ class PoolModel(RuleBasedStateMachine):
 
     def members(self, view):
         """The exits in service in a view, with their capacities (the view's ring)."""
-        return tuple(
-            (i, self.capacity[i]) for i in IDS
-            if i in self.present and not self.present[i] and in_view(i, view)
-        )
+        return tuple((i, self.capacity[i]) for i in IDS if i in self.present and not self.present[i] and in_view(i, view))
 
     def admits(self, exit_id, site, now):
         """What the exit's health and 429 cooling may answer a lease for ``site``: "yes",
@@ -375,12 +389,18 @@ class PoolModel(RuleBasedStateMachine):
     def release(self, pick, outcome, via_report):
         """Releases any lease ever taken: live, already released (double) or expired (late)."""
         # Recent leases are likelier to be live: pick mostly among the last few.
-        recent = self.leases[-min(len(self.leases), 8):]
+        recent = self.leases[-min(len(self.leases), 8) :]
         rec = recent[pick % len(recent)] if pick % 4 else self.leases[pick % len(self.leases)]
         self.hand_back(rec, outcome, via_report)
 
-    @rule(exit_id=st.sampled_from(IDS), key=st.sampled_from((None,) + KEYS), site=st.sampled_from(SITES),
-          outcome=st.sampled_from(HARSH), n=st.integers(1, 6), step=st.sampled_from([0.0, 0.5, 3.0]))
+    @rule(
+        exit_id=st.sampled_from(IDS),
+        key=st.sampled_from((None,) + KEYS),
+        site=st.sampled_from(SITES),
+        outcome=st.sampled_from(HARSH),
+        n=st.integers(1, 6),
+        step=st.sampled_from([0.0, 0.5, 3.0]),
+    )
     def streak(self, exit_id, key, site, outcome, n, step):
         """``n`` leases through one exit (its one-exit subset), each released with the same
         outcome: what moves an exit through its lifecycle."""
@@ -523,7 +543,11 @@ class PoolModel(RuleBasedStateMachine):
         assert snap["live_leases"] == live
         assert c["acquired"] == c["released"] + c["expired"] + live
         assert (c["acquired"], c["released"], c["expired"], c["ignored_releases"]) == (
-            self.counts["acquired"], self.counts["released"], self.counts["expired"], self.counts["ignored"])
+            self.counts["acquired"],
+            self.counts["released"],
+            self.counts["expired"],
+            self.counts["ignored"],
+        )
         assert c["outcomes"] == {k: self.outcomes[k] for k in CLASSES}
         assert snap["sessions"] == len(live_sessions)
 
@@ -565,7 +589,8 @@ class PoolModel(RuleBasedStateMachine):
             cap = max(1, math.floor(self.max_ejected * in_service))
             assert len(held) <= cap, f"after {where}, {scope}: {sorted(held)} out at once; the cap is {cap} of {in_service} in service"
             assert in_service - len(held) >= self.min_in_service, (
-                f"after {where}, {scope}: {sorted(held)} out leaves fewer than {self.min_in_service} of {in_service} serving")
+                f"after {where}, {scope}: {sorted(held)} out leaves fewer than {self.min_in_service} of {in_service} serving"
+            )
 
 
 PoolModel.TestCase.settings = settings(
@@ -595,7 +620,7 @@ class RedisStoreModel(PoolModel):
         return _redis_url()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _redis_url() -> str:
     import atexit
     import tempfile
@@ -673,8 +698,7 @@ def test_a_late_trial_of_an_earlier_half_open_period_frees_no_trial_slot():
     """half_open_trials=2: a trial lease out when its half-open period ended (here by the other
     trial failing) that comes back during the next period must not let a third trial out."""
     clock = ManualClock()
-    pool = make_pool([make_exit(i, 1) for i in IDS[:4]], clock=clock, seed=1,
-                     health={"jitter": 0.0, "half_open_trials": 2})
+    pool = make_pool([make_exit(i, 1) for i in IDS[:4]], clock=clock, seed=1, health={"jitter": 0.0, "half_open_trials": 2})
     only = pool.subset(id="e0")
     for _ in range(2):
         pool.release(only.acquire(site="shop.example", timeout=0), status=403)

@@ -4,7 +4,6 @@ terminal report, the HTML report, reprs), then a search for the password in all 
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 
@@ -125,8 +124,11 @@ from exitpool._core import _mask_raw  # noqa: E402
 
 _v6 = st.ip_addresses(v=6).map(str)
 _zone = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,14}", fullmatch=True)
-_host = st.one_of(st.ip_addresses(v=4).map(str), _v6.map(lambda a: f"[{a}]"),
-                  st.from_regex(r"[a-z0-9][a-z0-9-]{0,10}(\.[a-z0-9-]{1,10}){0,3}", fullmatch=True))
+_host = st.one_of(
+    st.ip_addresses(v=4).map(str),
+    _v6.map(lambda a: f"[{a}]"),
+    st.from_regex(r"[a-z0-9][a-z0-9-]{0,10}(\.[a-z0-9-]{1,10}){0,3}", fullmatch=True),
+)
 _port = st.integers(0, 10**7).map(str)  # out-of-range ports too: a typo, never a secret
 _path = st.from_regex(r"(/[A-Za-z0-9._-]{0,8}){0,2}", fullmatch=True)
 _scheme = st.sampled_from(["http", "https", "socks5", "socks5h", "redis", "rediss"])
@@ -147,8 +149,14 @@ def test_masking_leaves_text_that_holds_no_credential_whole(text):
 
 
 @settings(max_examples=400, deadline=None)
-@given(scheme=_scheme, user=st.from_regex(r"[a-z]{1,6}", fullmatch=True), host=_host, port=_port, path=_path,
-       shape=st.sampled_from(["url", "url-no-host", "hostport", "userpass"]))
+@given(
+    scheme=_scheme,
+    user=st.from_regex(r"[a-z]{1,6}", fullmatch=True),
+    host=_host,
+    port=_port,
+    path=_path,
+    shape=st.sampled_from(["url", "url-no-host", "hostport", "userpass"]),
+)
 def test_masking_still_hides_every_password_next_to_such_text(scheme, user, host, port, path, shape):
     raw = {
         "url": f"{scheme}://{user}:{PASSWORD}@{host}:{port}{path}",

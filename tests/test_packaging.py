@@ -66,8 +66,13 @@ def wheel(sdist, tmp_path_factory):
         shutil.rmtree(stale)
     env = dict(os.environ, MATURIN_PEP517_ARGS="--profile dev", CARGO_TARGET_DIR=str(target))
     env.pop("VIRTUAL_ENV", None)
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(sdist)],
-                       env=env, capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(sdist)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     (path,) = out.glob("exitpool-*.whl")
     # abi3: one wheel for every CPython from 3.10.
@@ -85,8 +90,15 @@ def members(sdist):
 def test_the_sdist_holds_what_a_build_needs(sdist):
     top, files = members(sdist)
     assert top == f"exitpool-{exitpool.__version__}"
-    needed = {"Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md", "PKG-INFO",
-              "python/exitpool/_core.pyi", "python/exitpool/py.typed"}
+    needed = {
+        "Cargo.toml",
+        "Cargo.lock",
+        "pyproject.toml",
+        "README.md",
+        "PKG-INFO",
+        "python/exitpool/_core.pyi",
+        "python/exitpool/py.typed",
+    }
     # Every source file of the crate and of the package, as the working tree has them.
     for pattern in ("src/**/*.rs", "src/**/*.lua", "python/exitpool/*.py"):
         needed |= {str(Path(p).relative_to(ROOT)) for p in glob.glob(str(ROOT / pattern), recursive=True)}
@@ -111,9 +123,22 @@ def test_the_build_system_is_complete(sdist, tmp_path):
     # (and users would need --no-build-isolation).
     report = tmp_path / "report.json"
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "--quiet",
-         "--report", str(report), str(sdist)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-deps",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            str(sdist),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr
     (item,) = json.loads(report.read_text())["install"]
@@ -129,7 +154,10 @@ def test_tomli_is_a_dependency_where_tomllib_is_missing():
 def test_the_stubs_match_the_native_module():
     r = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "exitpool._core", "--allowlist", str(ROOT / "tests" / "stubtest-allowlist.txt")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -142,8 +170,12 @@ def interpreters():
     for exe in candidates:
         if not re.search(r"python3(\.\d+)?$", exe) or not os.access(exe, os.X_OK):
             continue
-        r = subprocess.run([exe, "-c", "import sys, platform; print(platform.python_implementation(), *sys.version_info[:2])"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [exe, "-c", "import sys, platform; print(platform.python_implementation(), *sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if r.returncode == 0:
             impl, major, minor = r.stdout.split()
             if impl == "CPython":
@@ -189,8 +221,7 @@ def smoke_in_a_fresh_venv(python, wheel, tmp_path):
     for name in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         env.pop(name, None)
     # Dependencies (tomli before 3.11) come from the package index, as a user's would.
-    r = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)], env=env, capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     r = subprocess.run([str(py), "-s", "-c", SMOKE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-4000:]

@@ -41,7 +41,13 @@ def run_threads(n, target):
 @pytest.mark.parametrize("strategy", ["weighted", "round_robin", "least_conn", "p2c", "lru"])
 def test_sixteen_threads_hammering_keyed_and_keyless_leases(strategy):
     pool = Pool(
-        make_exits(5), strategy=strategy, max_leases=MAX_LEASES, session_ttl=1e6, lease_ttl=1e6, seed=1, cooldown=0.0,
+        make_exits(5),
+        strategy=strategy,
+        max_leases=MAX_LEASES,
+        session_ttl=1e6,
+        lease_ttl=1e6,
+        seed=1,
+        cooldown=0.0,
         clock=ManualClock(),
         # The stopped clock would make an incident's spacing last forever; incidents are
         # tested in test_health.py.

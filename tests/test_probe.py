@@ -85,9 +85,11 @@ class MiniProxy:
         if self.auth is not None:
             want = "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
             if headers.get("proxy-authorization") != want:
-                writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
-                             b"Proxy-Authenticate: Basic realm=\"mini\"\r\nContent-Length: 0\r\n"
-                             b"Connection: close\r\n\r\n")
+                writer.write(
+                    b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                    b'Proxy-Authenticate: Basic realm="mini"\r\nContent-Length: 0\r\n'
+                    b"Connection: close\r\n\r\n"
+                )
                 await writer.drain()
                 return
         if method == "CONNECT":  # authenticated, but tunnels are not offered here
@@ -421,8 +423,7 @@ async def test_failed_return_is_recorded_when_healthy_controls_answer(proxies, u
 async def test_dead_exit_is_probed_and_revived(proxies, urls):
     ps = [await proxies(source_ip=f"127.0.1.{i + 1}") for i in range(3)]
     clock = ManualClock()
-    pool = Pool([p.exit(f"e{i}", ip=f"127.0.1.{i + 1}") for i, p in enumerate(ps)], clock=clock,
-                health={"dead_after": 1})
+    pool = Pool([p.exit(f"e{i}", ip=f"127.0.1.{i + 1}") for i, p in enumerate(ps)], clock=clock, health={"dead_after": 1})
     _fail_tunnel(pool, "e1")
     clock.advance(40)
     ps[1].broken = True
@@ -491,8 +492,15 @@ async def test_stop_cancels_a_round_in_flight(proxies, urls):
 
 def test_loop_arguments_are_checked():
     pool = Pool([Exit("e0", "http://127.0.0.1:9")])
-    for kw in ({"interval": (5, 1)}, {"interval": -1}, {"concurrency": 0}, {"timeout": 0},
-               {"idle": float("nan")}, {"quorum": 2}, {"controls": -1}):
+    for kw in (
+        {"interval": (5, 1)},
+        {"interval": -1},
+        {"concurrency": 0},
+        {"timeout": 0},
+        {"idle": float("nan")},
+        {"quorum": 2},
+        {"controls": -1},
+    ):
         with pytest.raises(InvalidInput):
             ProbeLoop(pool, ["http://127.0.0.1:1/ip"], **kw)
     assert ProbeLoop(pool, "http://127.0.0.1:1/ip").stagger == 3.0

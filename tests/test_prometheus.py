@@ -86,7 +86,7 @@ class Driven:
         rng = random.Random(5)
         plan = []
         for x, (lo, hi) in {"fast": (0.06, 0.2), "slow": (1.1, 2.6), "mid": (0.3, 0.7)}.items():
-            for i in range(24):
+            for _ in range(24):
                 plan.append((x, "shop.example", dict(status=200, latency=rng.uniform(lo, hi))))
             for i in range(6):
                 # Target errors interleaved with successes: the site is struggling, the exit is fine.
@@ -316,7 +316,7 @@ def test_exit_latency_quantiles_are_within_the_stated_bound(scraped):
 
 
 def test_no_site_label_unless_per_site(scraped):
-    driven, m = scraped[0], scraped[1]
+    _driven, m = scraped[0], scraped[1]
     assert "site" not in m.label_names()
     for site in SITES:
         assert site not in m.text
@@ -365,7 +365,7 @@ def test_no_credential_proxy_url_or_account_key_in_the_exposition(scraped, per_s
 
 
 def test_metric_names_follow_the_conventions(scraped):
-    driven, m = scraped[0], scraped[2]
+    _driven, m = scraped[0], scraped[2]
     assert len(m.families) >= 30
     for fam in m.families:
         assert METRIC_NAME.match(fam.name), fam.name

@@ -18,10 +18,7 @@ def python_blocks(path: Path) -> list[str]:
     """The file's ```python blocks, each padded with blank lines so that a traceback names
     the line of the page it fails on."""
     text = path.read_text(encoding="utf-8")
-    return [
-        "\n" * text.count("\n", 0, m.start(1)) + m.group(1)
-        for m in re.finditer(r"```python\n(.*?)```", text, flags=re.S)
-    ]
+    return ["\n" * text.count("\n", 0, m.start(1)) + m.group(1) for m in re.finditer(r"```python\n(.*?)```", text, flags=re.S)]
 
 
 def run_blocks(path: Path) -> None:
@@ -45,8 +42,7 @@ def test_docs_examples_cover_the_manual():
     # The pages whose examples the parametrized test runs: the manual's runnable examples
     # did not silently disappear (a block retagged or a page dropped).
     runnable = {p.name for p in PAGES if python_blocks(p)}
-    assert {"quickstart.md", "sessions-and-leases.md", "observability.md", "configuration.md",
-            "clients.md", "scrapy.md"} <= runnable
+    assert {"quickstart.md", "sessions-and-leases.md", "observability.md", "configuration.md", "clients.md", "scrapy.md"} <= runnable
 
 
 def test_mkdocs_nav_lists_every_page():

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 import exitpool
-from exitpool import Exit, ManualClock, Pool
-from exitpool import _report
+from exitpool import Exit, ManualClock, Pool, _report
 from exitpool._cli import main
 
 PASSWORD = "s3cret-pw"
@@ -138,13 +137,13 @@ def test_cli_report_in_the_terminal(snap_file, capsys):
     # The exits table puts the worst state first; the heatmap marks the incident site and
     # sums rows and columns.
     lines = out.splitlines()
-    table = lines.index(next(l for l in lines if l.startswith("exits by state")))
-    first_exit = next(l for l in lines[table + 3 :] if l.strip())
+    table = lines.index(next(line for line in lines if line.startswith("exits by state")))
+    first_exit = next(line for line in lines[table + 3 :] if line.strip())
     assert first_exit.split()[0] == BAD_EXIT
     assert f"!{BAD_SITE}" in out
-    (row,) = [l for l in lines if l.startswith(BAD_EXIT + " ") and "sites" in l]
+    (row,) = [line for line in lines if line.startswith(BAD_EXIT + " ") and "sites" in line]
     assert row.rstrip().endswith("4/4 sites")
-    assert "10/10" in next(l for l in lines if l.startswith("fails on"))
+    assert "10/10" in next(line for line in lines if line.startswith("fails on"))
 
 
 def test_cli_report_via_subprocess_reads_stdin(snap_file):
@@ -262,11 +261,19 @@ def test_html_renders_in_headless_chromium(snap_file, tmp_path):
     assert main(["report", str(snap_file), "--html", str(page)]) == 0
     r = subprocess.run(
         [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}",
-            "--window-size=1400,1000", page.as_uri(),
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={png}",
+            "--window-size=1400,1000",
+            page.as_uri(),
         ],
-        capture_output=True, text=True, timeout=90,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert r.returncode == 0 and png.exists(), r.stderr[-2000:]
     width, height, bpp, rows = _read_png(png)
@@ -304,7 +311,10 @@ def test_html_renders_in_headless_chromium(snap_file, tmp_path):
         ("{not json", "not JSON"),
         ("[1, 2]", "not a pool snapshot"),
         ('{"pool": {}, "exits": []}', "not a pool snapshot (no 'matrix')"),
-        ('{"pool": {}, "exits": [], "matrix": {"exits": ["a"], "sites": [], "columns": ["success_rate"], "cells": []}}', "one row of cells per exit"),
+        (
+            '{"pool": {}, "exits": [], "matrix": {"exits": ["a"], "sites": [], "columns": ["success_rate"], "cells": []}}',
+            "one row of cells per exit",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, says):

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 import exitpool
 from exitpool import Exit, InvalidInput, NoExitAvailable, Ring, UnknownExit
 
-
 # --- the reference ring -------------------------------------------------------------------------
 
 
@@ -305,8 +304,22 @@ def test_add_remove_sequences_equal_a_fresh_build():
     pool = make_exits([1, 2, 3, 5, 1, 2, 4, 1])
     ring = Ring(replicas=4)
     live = {}
-    steps = [("add", 0), ("add", 1), ("add", 2), ("remove", 1), ("add", 3), ("add", 1), ("remove", 0),
-             ("remove", 2), ("add", 4), ("add", 5), ("add", 0), ("remove", 3), ("add", 6), ("add", 7)]
+    steps = [
+        ("add", 0),
+        ("add", 1),
+        ("add", 2),
+        ("remove", 1),
+        ("add", 3),
+        ("add", 1),
+        ("remove", 0),
+        ("remove", 2),
+        ("add", 4),
+        ("add", 5),
+        ("add", 0),
+        ("remove", 3),
+        ("add", 6),
+        ("add", 7),
+    ]
     for op, i in steps:
         if op == "add":
             ring.add(pool[i])
@@ -545,9 +558,7 @@ def test_no_input_panics_on_edge_keys():
     for key in ["", big, "\x00" * 1000, "🚀" * 100_000, "\U0010ffff"]:
         assert ring.assign(key).exit_id == ref.assign(key)
     assert ids(ring.assign_many(["", big])) == [ref.assign(""), ref.assign(big)]
-    assert ring.moved(Ring(POOL_SHAPES["one exit"]), ["", big]) == [
-        k for k in ["", big] if ref.assign(k) != "sess-0"
-    ]
+    assert ring.moved(Ring(POOL_SHAPES["one exit"]), ["", big]) == [k for k in ["", big] if ref.assign(k) != "sess-0"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -595,8 +606,7 @@ def test_a_ring_too_large_is_refused_with_its_figures_instead_of_aborting(case, 
     r = subprocess.run([sys.executable, "-c", TOO_LARGE, case], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.strip() == (
-        f"the ring would hold {figures}; the limit is 16777216 points (about 320 MiB): "
-        "use fewer replicas or smaller capacities"
+        f"the ring would hold {figures}; the limit is 16777216 points (about 320 MiB): use fewer replicas or smaller capacities"
     )
 
 

@@ -241,7 +241,9 @@ def test_a_spider_overrides_the_ban_policy_and_retries_move_credentials_with_the
 
 
 # The wait sleeps on the reactor: Scrapy's default asyncio one and Twisted's own.
-@pytest.mark.parametrize("reactor", ["twisted.internet.asyncioreactor.AsyncioSelectorReactor", "twisted.internet.selectreactor.SelectReactor"])
+@pytest.mark.parametrize(
+    "reactor", ["twisted.internet.asyncioreactor.AsyncioSelectorReactor", "twisted.internet.selectreactor.SelectReactor"]
+)
 def test_cooling_exits_delay_requests_instead_of_dropping_them(tmp_path, reactor):
     with Testbed(n_exits=2, rate=1000.0) as tb:
         path = tmp_path / "proxies.txt"
@@ -361,7 +363,9 @@ def test_a_middleware_that_reroutes_requests_sends_none_of_the_exits_credentials
     with Testbed(n_exits=3, rate=1000.0) as tb:
         other = tb.proxies[2]  # a proxy outside the pool
         elsewhere = f"http://127.0.0.1:{other.port}"
-        plan = [[get(f"{tb.site_url}/ip?n={i}", "rerouted", reroute_to=elsewhere) for i in range(3)] + [get(f"{tb.site_url}/ip?kept", "kept")]]
+        plan = [
+            [get(f"{tb.site_url}/ip?n={i}", "rerouted", reroute_to=elsewhere) for i in range(3)] + [get(f"{tb.site_url}/ip?kept", "kept")]
+        ]
         records, summary, log = crawl(
             tmp_path,
             tb,
@@ -392,7 +396,9 @@ def test_exits_on_one_gateway_that_differ_only_by_user_name_keep_their_own_crede
         tb.run(gateway.start())
         try:
             # no ids: each exit is named user@host:port, the same gateway for both
-            lines = [f"http://{user}:{pw}@127.0.0.1:{gateway.port} ip={p.source_ip}" for (user, pw), p in zip(passwords.items(), tb.proxies)]
+            lines = [
+                f"http://{user}:{pw}@127.0.0.1:{gateway.port} ip={p.source_ip}" for (user, pw), p in zip(passwords.items(), tb.proxies)
+            ]
             exit_a, exit_b = (f"{user}@127.0.0.1:{gateway.port}" for user in passwords)
             user_of = {exit_a: "sess-a", exit_b: "sess-b"}
             ip_of = {exit_a: tb.proxies[0].source_ip, exit_b: tb.proxies[1].source_ip}
@@ -495,7 +501,7 @@ def test_scrapy_httpproxymiddleware_keeps_each_exits_own_credentials():
 
     request = Request("http://shop.example/p/1")
     seen = []
-    for attempt in range(4):  # round_robin: a, b, c, a; each retry copy comes back through both
+    for _attempt in range(4):  # round_robin: a, b, c, a; each retry copy comes back through both
         run(mw.process_request(request))
         httpproxy.process_request(request)
         exit_id = request.meta["exitpool_exit"]
@@ -569,18 +575,20 @@ def loadable(cases):
 
 @pytest.mark.parametrize(
     "cls, kind",
-    loadable([
-        ("scrapy.exceptions.DownloadTimeoutError", "timeout"),
-        ("twisted.internet.error.TimeoutError", "timeout"),
-        ("twisted.internet.error.TCPTimedOutError", "timeout"),
-        ("scrapy.exceptions.DownloadConnectionRefusedError", "connect"),
-        ("twisted.internet.error.ConnectionRefusedError", "connect"),
-        ("twisted.internet.error.ConnectionLost", "connect"),
-        ("twisted.web._newclient.ResponseNeverReceived", "connect"),
-        ("scrapy.core.downloader.handlers.http11.TunnelError", "proxy"),
-        ("scrapy.exceptions.IgnoreRequest", "other"),
-        ("builtins.ValueError", "other"),
-    ]),
+    loadable(
+        [
+            ("scrapy.exceptions.DownloadTimeoutError", "timeout"),
+            ("twisted.internet.error.TimeoutError", "timeout"),
+            ("twisted.internet.error.TCPTimedOutError", "timeout"),
+            ("scrapy.exceptions.DownloadConnectionRefusedError", "connect"),
+            ("twisted.internet.error.ConnectionRefusedError", "connect"),
+            ("twisted.internet.error.ConnectionLost", "connect"),
+            ("twisted.web._newclient.ResponseNeverReceived", "connect"),
+            ("scrapy.core.downloader.handlers.http11.TunnelError", "proxy"),
+            ("scrapy.exceptions.IgnoreRequest", "other"),
+            ("builtins.ValueError", "other"),
+        ]
+    ),
     ids=lambda v: getattr(v, "__name__", v),
 )
 def test_download_errors_reach_the_exits_health_in_the_right_class(cls, kind):
@@ -761,11 +769,13 @@ def test_whatever_goes_through_a_verdict_the_lease_ends():
 
 def test_a_proxy_list_string_is_split_on_newlines_and_commas():
     # the form of `-s EXITPOOL_PROXY_LIST=...`, Scrapy's getlist and ROTATING_PROXY_LIST
-    mw, _ = middleware({
-        "EXITPOOL_PROXY_LIST": "http://alice:pw-a@127.0.0.1:9001,http://bob:pw%2Cb@127.0.0.1:9002\n"
-        "# spare ones, for later\n"
-        "exit-c 127.0.0.1:9003, exit-d 127.0.0.1:9004",
-    })
+    mw, _ = middleware(
+        {
+            "EXITPOOL_PROXY_LIST": "http://alice:pw-a@127.0.0.1:9001,http://bob:pw%2Cb@127.0.0.1:9002\n"
+            "# spare ones, for later\n"
+            "exit-c 127.0.0.1:9003, exit-d 127.0.0.1:9004",
+        }
+    )
     exits = {e.port: (e.username, e.password) for e in mw.pool.exits}
     assert exits == {9001: ("alice", "pw-a"), 9002: ("bob", "pw,b"), 9003: (None, None), 9004: (None, None)}
     request = Request("http://shop.example/")

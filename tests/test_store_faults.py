@@ -9,12 +9,12 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-import fleet_child
 import pytest
-from redis_server import RedisServer
 
 import exitpool
+import fleet_child
 from exitpool import Exit, Pool
+from redis_server import RedisServer
 
 
 @pytest.fixture

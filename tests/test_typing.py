@@ -15,6 +15,9 @@ def test_the_package_type_checks(tmp_path):
     # The cache goes to tmp_path, so that a test run leaves nothing in the repository.
     r = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache"), str(PACKAGE)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr

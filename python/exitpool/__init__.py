@@ -10,6 +10,7 @@ True
 
 import logging as _logging
 
+from . import _fork  # noqa: F401  (a multiprocessing child's last releases reach the store)
 from ._core import DEFAULT_REPLICAS, Exit, Lease, ManualClock, Pool, Ring, __version__
 from ._errors import (
     Cooling,
@@ -21,7 +22,6 @@ from ._errors import (
     WarmingUp,
 )
 from ._exits import load_exits
-from . import _fork  # noqa: F401  (a multiprocessing child's last releases reach the store)
 
 # Library etiquette: silent unless the application configures logging.
 _logging.getLogger("exitpool").addHandler(_logging.NullHandler())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 from ._core import DEFAULT_REPLICAS, Exit, Ring, _position
 from ._errors import Error
@@ -14,7 +14,7 @@ from ._exits import load_exits
 class _Parser(argparse.ArgumentParser):
     """argparse that fails with one line and exit status 2, like the rest of the command."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"exitpool: {message}\n")
 
 

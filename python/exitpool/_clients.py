@@ -28,7 +28,7 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
     user, password = exit.username, exit.password
     if user is None and password is None:
         return url, None
-    token = base64.b64encode(f"{user or ''}:{password or ''}".encode("utf-8")).decode("ascii")
+    token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode("ascii")
     return url, f"Basic {token}"
 
 

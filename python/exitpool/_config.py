@@ -14,7 +14,6 @@ import datetime
 import os
 import re
 import stat
-import sys
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -77,7 +76,7 @@ class _OverrideError(Exception):
         self.message = message
 
 
-def from_config(cls: Callable[..., Any], path: Union[str, "os.PathLike[str]"], **overrides: Any) -> Any:
+def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **overrides: Any) -> Any:
     """Build ``cls(exits, **options)`` from the TOML file at ``path``.
 
     ``overrides`` are keywords of ``Pool(...)`` given in code (``clock=ManualClock()`` in tests);
@@ -277,8 +276,9 @@ def _read_exit(path: Path, table: Dict[str, Any]) -> Exit:
         # from the proxy that Exit refuses is the proxy's fault: the table has no id to blame.
         user = parsed.username
         exit_id = f"{user}@{parsed.host}:{parsed.port}" if user else f"{parsed.host}:{parsed.port}"
-        _exit_or_fail(path + ("proxy",), lambda: Exit(exit_id, proxy),
-                      why=" (the id an [[exit]] without `id` gets: user@host:port of its proxy)")
+        _exit_or_fail(
+            path + ("proxy",), lambda: Exit(exit_id, proxy), why=" (the id an [[exit]] without `id` gets: user@host:port of its proxy)"
+        )
     _exit_or_fail(path + ("ip",), lambda: Exit(exit_id, proxy, ip=ip))
     _exit_or_fail(path + ("capacity",), lambda: Exit(exit_id, proxy, capacity=capacity))
     _exit_or_fail(path + ("tags",), lambda: Exit(exit_id, proxy, tags=tags))
@@ -292,8 +292,9 @@ def _exit_or_fail(path: Path, make: Callable[[], Exit], why: str = "") -> Exit:
         raise _ConfigError(path, _strip_key(path[-1:], str(e)) + why) from None
 
 
-def _construct(cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]],
-               doc: Dict[str, Any], overrides: Dict[str, Any]) -> Any:
+def _construct(
+    cls: Callable[..., Any], options: Dict[str, Any], exits: List[Tuple[Path, Exit]], doc: Dict[str, Any], overrides: Dict[str, Any]
+) -> Any:
     try:
         return cls([e for _, e in exits], **options)
     except (ValueError, TypeError, OverflowError) as e:  # InvalidInput is a ValueError
@@ -386,7 +387,7 @@ def _strip_key(path: Path, message: str) -> str:
     """'health window must be ...' at key health.window reads 'must be ...'."""
     for prefix in (" ".join(map(str, path)) + " ", _dotted(path) + " "):
         if message.startswith(prefix):
-            return message[len(prefix):]
+            return message[len(prefix) :]
     return message
 
 
@@ -506,7 +507,7 @@ class _KeyLines:
         self.newlines = [m.start() for m in re.finditer("\n", text)]
 
     @classmethod
-    def scan(cls, text: str) -> "_KeyLines":
+    def scan(cls, text: str) -> _KeyLines:
         lines = cls(text)
         try:
             lines._document()

@@ -3,8 +3,25 @@
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
-__all__ = ["__version__", "DEFAULT_REPLICAS", "MAX_REPLICAS", "MAX_RING_POINTS", "BLOCK_STATUSES", "Exit", "Ring", "Pool", "Lease", "ManualClock",
-           "_parse_exits", "_mask_raw", "_position", "_check_ring_size", "_flush_stores", "_before_fork", "_after_fork"]
+__all__ = [
+    "__version__",
+    "DEFAULT_REPLICAS",
+    "MAX_REPLICAS",
+    "MAX_RING_POINTS",
+    "BLOCK_STATUSES",
+    "Exit",
+    "Ring",
+    "Pool",
+    "Lease",
+    "ManualClock",
+    "_parse_exits",
+    "_mask_raw",
+    "_position",
+    "_check_ring_size",
+    "_flush_stores",
+    "_before_fork",
+    "_after_fork",
+]
 
 __version__: str
 DEFAULT_REPLICAS: int
@@ -54,7 +71,7 @@ class Exit:
         ip: Optional[str] = None,
         capacity: Optional[int] = None,
         tags: Optional[Mapping[str, str]] = None,
-    ) -> "Exit":
+    ) -> Exit:
         """``capacity=None`` means 1."""
     def __getnewargs_ex__(self) -> Tuple[Tuple[str, str], Dict[str, Any]]:
         """Pickling (multiprocessing workers) rebuilds through the validating constructor."""
@@ -100,7 +117,7 @@ class Ring:
     most :data:`MAX_RING_POINTS` points (2**24, about 320 MiB).
     """
 
-    def __new__(cls, exits: Optional[Iterable[Exit]] = None, *, replicas: Optional[int] = None, salt: str = "vnode") -> "Ring":
+    def __new__(cls, exits: Optional[Iterable[Exit]] = None, *, replicas: Optional[int] = None, salt: str = "vnode") -> Ring:
         """``replicas=None`` means :data:`DEFAULT_REPLICAS` (160)."""
     def assign(self, key: str, /) -> Exit:
         """The exit that owns ``key``; raises :class:`NoExitAvailable` on an empty ring.
@@ -109,7 +126,7 @@ class Ring:
         """The owners of many keys in one call, in order."""
     def add(self, exit: Exit) -> None: ...
     def remove(self, exit_id: str) -> Exit: ...
-    def moved(self, other: "Ring", keys: Iterable[str]) -> List[str]:
+    def moved(self, other: Ring, keys: Iterable[str]) -> List[str]:
         """The keys, of those given, whose exit differs between this ring and ``other``."""
     @property
     def exits(self) -> List[Exit]: ...
@@ -127,7 +144,7 @@ class ManualClock:
     """A clock that moves only when advanced: give it to ``Pool(clock=...)`` to test TTLs,
     cooldowns and warm-up without sleeping."""
 
-    def __new__(cls, start: float = 0.0) -> "ManualClock": ...
+    def __new__(cls, start: float = 0.0) -> ManualClock: ...
     def advance(self, seconds: float) -> float:
         """Move time forward; returns the new time. Negative or non-finite steps raise."""
     def now(self) -> float: ...
@@ -177,9 +194,9 @@ class Lease:
         ``"connect"``, ``"proxy"``, ``"other"``. A ``retry_after`` (a 429's) cools the exit for
         the site for at most the health setting ``max_ejection``. Invalid values raise
         :class:`InvalidInput` naming the value and record nothing."""
-    def __enter__(self) -> "Lease": ...
+    def __enter__(self) -> Lease: ...
     def __exit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
-    async def __aenter__(self) -> "Lease": ...
+    async def __aenter__(self) -> Lease: ...
     async def __aexit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
 
 class OutcomeCounts(TypedDict):
@@ -366,9 +383,9 @@ class Pool:
         calibrate: bool = False,
         store: Optional[str] = None,
         namespace: str = "exitpool",
-    ) -> "Pool": ...
+    ) -> Pool: ...
     @classmethod
-    def from_config(cls, path: Union[str, "os.PathLike[str]"], **overrides: Any) -> "Pool":
+    def from_config(cls, path: Union[str, os.PathLike[str]], **overrides: Any) -> Pool:
         """A pool from a TOML file: ``Pool(...)``'s keywords at the top level, exits from
         ``exits_file`` (relative to the file) and ``[[exit]]`` tables. Mistakes raise
         :class:`InvalidInput` naming the key and its line. ``overrides`` (keywords of
@@ -427,7 +444,7 @@ class Pool:
     def set_capacity(self, exit_id: str, capacity: int) -> None: ...
     def add(self, exit: Exit) -> None: ...
     def remove(self, exit_id: str) -> Exit: ...
-    def subset(self, **tags: str) -> "Pool":
+    def subset(self, **tags: str) -> Pool:
         """A view over the exits whose tags match, sharing all state with this pool."""
     def exit(self, exit_id: str) -> Exit: ...
     @property

@@ -37,7 +37,7 @@ class SessionExitLost(Error):
     quarantined or dead). The key is never moved silently: end the session with
     ``pool.end_session(key)`` (and, say, log the account in again); the next lease binds afresh."""
 
-    def __init__(self, message: str, key: "str | None" = None, exit_id: "str | None" = None) -> None:
+    def __init__(self, message: str, key: str | None = None, exit_id: str | None = None) -> None:
         super().__init__(message)
         self.key = key
         self.exit_id = exit_id

@@ -11,7 +11,7 @@ from ._errors import InvalidInput
 __all__ = ["load_exits"]
 
 
-def load_exits(path_or_lines: Union[str, "os.PathLike[str]", Iterable[str]]) -> List[Exit]:
+def load_exits(path_or_lines: Union[str, os.PathLike[str], Iterable[str]]) -> List[Exit]:
     """Read exits from a proxy-list file (a path) or from an iterable of lines.
 
     Each line is ``[ID] PROXY [key=value ...]``; PROXY is a URL (``http``, ``https``,

@@ -52,17 +52,16 @@ def _exit_of(lease: Union[Lease, Exit]) -> Exit:
 
 
 # Why an exit cannot go through aiohttp, for `_proxy_parts`.
-_REFUSAL = ("exitpool.aiohttp: exit {exit_id} is a {scheme} proxy; aiohttp speaks to "
-            "http and https proxies only (for socks, see the aiohttp-socks package)")
+_REFUSAL = (
+    "exitpool.aiohttp: exit {exit_id} is a {scheme} proxy; aiohttp speaks to "
+    "http and https proxies only (for socks, see the aiohttp-socks package)"
+)
 
 
 def _tunnelled(url: Union[str, URL]) -> bool:
     u = URL(url) if not isinstance(url, URL) else url
     if not u.is_absolute() or not u.scheme:
-        raise InvalidInput(
-            "exitpool.aiohttp: an absolute URL is needed to tell a tunnelled (https) request "
-            "from a plain-http one"
-        )
+        raise InvalidInput("exitpool.aiohttp: an absolute URL is needed to tell a tunnelled (https) request from a plain-http one")
     return u.scheme.lower() in _TUNNELLED
 
 
@@ -240,7 +239,7 @@ class _LeasedRequest:
 
     def __init__(
         self,
-        owner: "ExitSession",
+        owner: ExitSession,
         method: str,
         url: URL,
         key: Optional[str],
@@ -469,7 +468,7 @@ class ExitSession:
         if session is not None:
             await session.close()
 
-    async def __aenter__(self) -> "ExitSession":
+    async def __aenter__(self) -> ExitSession:
         self._open()
         return self
 

@@ -214,7 +214,7 @@ class _AsyncShared(_SharedBase, httpx.AsyncBaseTransport):
 
 
 # Closing tasks of retired async transports, kept referenced until they finish.
-_PENDING: Set["asyncio.Task[None]"] = set()
+_PENDING: Set[asyncio.Task[None]] = set()
 
 
 class _Entry:
@@ -238,7 +238,7 @@ class _Cache:
         # list once its pool has closed (when its last response was closed).
         self._retired: List[_Entry] = []
         # Their clients, closed with the cache if anyone still holds one.
-        self._retired_clients: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._retired_clients: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -349,7 +349,7 @@ class Clients(_Cache):
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "Clients":
+    def __enter__(self) -> Clients:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -384,7 +384,7 @@ class AsyncClients(_Cache):
         if errors:
             raise errors[0]
 
-    async def __aenter__(self) -> "AsyncClients":
+    async def __aenter__(self) -> AsyncClients:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

@@ -37,9 +37,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 try:
     import aiohttp
 except ImportError as _exc:  # pragma: no cover - exercised by a test that hides aiohttp
-    raise ImportError(
-        "exitpool.probe needs aiohttp, which is not installed: pip install 'exitpool[aiohttp]'"
-    ) from _exc
+    raise ImportError("exitpool.probe needs aiohttp, which is not installed: pip install 'exitpool[aiohttp]'") from _exc
 
 from ._clients import _HTTP_SCHEMES as _SCHEMES
 from ._clients import _proxy_parts, _scrub
@@ -167,7 +165,7 @@ def _parse_ip(body: bytes) -> Optional[str]:
         return None
 
 
-async def _read_capped(resp: "aiohttp.ClientResponse") -> Optional[bytes]:
+async def _read_capped(resp: aiohttp.ClientResponse) -> Optional[bytes]:
     chunks: List[bytes] = []
     size = 0
     while True:
@@ -180,9 +178,7 @@ async def _read_capped(resp: "aiohttp.ClientResponse") -> Optional[bytes]:
         chunks.append(chunk)
 
 
-async def _one(
-    session: "aiohttp.ClientSession", exit: Exit, url: str, proxy: str, auth: Optional[str], timeout: float
-) -> EndpointResult:
+async def _one(session: aiohttp.ClientSession, exit: Exit, url: str, proxy: str, auth: Optional[str], timeout: float) -> EndpointResult:
     headers = {"Accept": "application/json, text/plain;q=0.5"}
     proxy_headers = None
     if auth is not None:
@@ -197,6 +193,7 @@ async def _one(
     started = time.perf_counter()
     status: Optional[int] = None
     try:
+
         async def request() -> EndpointResult:
             nonlocal status
             async with session.get(
@@ -209,18 +206,31 @@ async def _one(
             ) as resp:
                 status = resp.status
                 if status == 407:
-                    return EndpointResult(url, False, None, status, time.perf_counter() - started, "proxy",
-                                          "407 Proxy Authentication Required: the proxy refused the credentials")
+                    return EndpointResult(
+                        url,
+                        False,
+                        None,
+                        status,
+                        time.perf_counter() - started,
+                        "proxy",
+                        "407 Proxy Authentication Required: the proxy refused the credentials",
+                    )
                 if not 200 <= status < 300:
-                    return EndpointResult(url, False, None, status, time.perf_counter() - started,
-                                          f"http_{status}", _scrubbed(f"{status} {resp.reason or ''}".strip(), exit, auth))
+                    return EndpointResult(
+                        url,
+                        False,
+                        None,
+                        status,
+                        time.perf_counter() - started,
+                        f"http_{status}",
+                        _scrubbed(f"{status} {resp.reason or ''}".strip(), exit, auth),
+                    )
                 body = await _read_capped(resp)
                 latency = time.perf_counter() - started
                 ip = _parse_ip(body) if body is not None else None
                 if ip is None:
                     what = "a body over 64 KiB" if body is None else f"{body[:60]!r}"
-                    return EndpointResult(url, False, None, status, latency, "bad_body",
-                                          _scrubbed(f"no IP address in {what}", exit, auth))
+                    return EndpointResult(url, False, None, status, latency, "bad_body", _scrubbed(f"no IP address in {what}", exit, auth))
                 return EndpointResult(url, True, ip, status, latency)
 
         # ClientTimeout bounds each phase; wait_for bounds the whole, whatever the session does.
@@ -230,8 +240,7 @@ async def _one(
     except Exception as exc:  # noqa: BLE001 - every failure becomes a classified result
         if isinstance(exc, aiohttp.ClientResponseError) and status is None:
             status = exc.status or None  # e.g. the proxy's answer to CONNECT
-        return EndpointResult(url, False, None, status, time.perf_counter() - started, _classify(exc),
-                              _describe(exc, exit, auth))
+        return EndpointResult(url, False, None, status, time.perf_counter() - started, _classify(exc), _describe(exc, exit, auth))
 
 
 def _urls(urls: Union[str, Iterable[str]]) -> List[str]:
@@ -259,7 +268,7 @@ def _seconds(name: str, value: Any, *, positive: bool) -> float:
     return v
 
 
-def _session() -> "aiohttp.ClientSession":
+def _session() -> aiohttp.ClientSession:
     # A fresh connection per probe (a kept-alive tunnel would not show a new exit address), no
     # cookies, and no proxy from the environment.
     return aiohttp.ClientSession(
@@ -310,7 +319,7 @@ async def probe(
     exit: Exit,
     urls: Union[str, Iterable[str]],
     *,
-    session: Optional["aiohttp.ClientSession"] = None,
+    session: Optional[aiohttp.ClientSession] = None,
     timeout: float = 6.0,
     quorum: Optional[int] = None,
 ) -> ProbeResult:
@@ -402,7 +411,7 @@ class ProbeLoop:
         quorum: Optional[int] = None,
         stagger: Optional[float] = None,
         controls: int = 2,
-        session: Optional["aiohttp.ClientSession"] = None,
+        session: Optional[aiohttp.ClientSession] = None,
     ) -> None:
         self.pool = pool
         self.urls = _urls(urls)
@@ -416,13 +425,11 @@ class ProbeLoop:
         if isinstance(controls, bool) or not isinstance(controls, int) or controls < 0:
             raise InvalidInput(f"probe: controls {controls!r} must be an int >= 0")
         self.controls = controls
-        self.stagger = (
-            min(3.0, self.interval[0] / 10) if stagger is None else _seconds("stagger", stagger, positive=False)
-        )
+        self.stagger = min(3.0, self.interval[0] / 10) if stagger is None else _seconds("stagger", stagger, positive=False)
         self._rng = random.Random(seed)
         self._session = session
-        self._own_session: Optional["aiohttp.ClientSession"] = None
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._own_session: Optional[aiohttp.ClientSession] = None
+        self._task: Optional[asyncio.Task[None]] = None
         self._warned: set = set()
         #: Rounds run so far.
         self.rounds = 0
@@ -450,11 +457,10 @@ class ProbeLoop:
             skipped.append(e.exit_id)
             if e.exit_id not in self._warned:
                 self._warned.add(e.exit_id)
-                logger.warning("probe: exit %s is a %s proxy, which exitpool.probe cannot speak to; not probed",
-                               e.exit_id, e.scheme)
+                logger.warning("probe: exit %s is a %s proxy, which exitpool.probe cannot speak to; not probed", e.exit_id, e.scheme)
         return ok, skipped
 
-    async def _probe_all(self, exits: Sequence[Exit], session: "aiohttp.ClientSession", stagger: float) -> List[ProbeResult]:
+    async def _probe_all(self, exits: Sequence[Exit], session: aiohttp.ClientSession, stagger: float) -> List[ProbeResult]:
         sem = asyncio.Semaphore(self.concurrency)
         offsets = [self._rng.uniform(0.0, stagger) if stagger > 0 else 0.0 for _ in exits]
 
@@ -483,9 +489,7 @@ class ProbeLoop:
                 results = await self._probe_all(due, session, self.stagger)
                 if not any(r.ok for r in results):
                     due_ids = {e.exit_id for e in due}
-                    candidates, _ = self._probeable(
-                        e for e in self.pool.exits if e.exit_id not in due_ids and self._serving(e.exit_id)
-                    )
+                    candidates, _ = self._probeable(e for e in self.pool.exits if e.exit_id not in due_ids and self._serving(e.exit_id))
                     picks = self._rng.sample(candidates, min(self.controls, len(candidates)))
                     if picks:
                         controls = await self._probe_all(picks, session, 0.0)
@@ -508,8 +512,9 @@ class ProbeLoop:
         else:
             for r in results + controls:
                 try:
-                    if self.pool.record_probe(r.exit_id, r.ok, observed_ip=r.observed_ip if r.ok else None,
-                                              detail="" if r.ok else r.detail):
+                    if self.pool.record_probe(
+                        r.exit_id, r.ok, observed_ip=r.observed_ip if r.ok else None, detail="" if r.ok else r.detail
+                    ):
                         drifted.append(r.exit_id)
                     recorded += 1
                 except UnknownExit:
@@ -568,7 +573,7 @@ class ProbeLoop:
             session, self._own_session = self._own_session, None
             await session.close()
 
-    async def __aenter__(self) -> "ProbeLoop":
+    async def __aenter__(self) -> ProbeLoop:
         self.start()
         return self
 

@@ -37,9 +37,7 @@ try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
 except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
-        "exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'"
-    ) from e
+    raise ImportError("exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'") from e
 
 from ._core import Pool, __version__
 
@@ -150,7 +148,10 @@ class PoolCollector:
         gauge("half_open_success_ratio", "Successful half-open trials over all trials (absent before the first).")
         gauge("wait_seconds", "Quantiles of the wait for an exit, leases that went at once counting as 0.", ["quantile"])
         gauge("site_incidents_open", "Sites with an open incident (the site, not the exits, is failing).")
-        gauge("global_incident", "1 while a pool-wide incident is open (many tunnels failing at once: the fault is likely ours, so no exit is judged), else 0.")
+        gauge(
+            "global_incident",
+            "1 while a pool-wide incident is open (many tunnels failing at once: the fault is likely ours, so no exit is judged), else 0.",
+        )
         # Per exit.
         gauge("exit_state", "1 for the exit's current health state, 0 for the others.", ["exit", "state"])
         gauge("exit_time_in_state_seconds", "Seconds since the exit entered its current health state.", ["exit"])

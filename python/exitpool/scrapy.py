@@ -40,9 +40,9 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import Pool, load_exits
-from ._core import BLOCK_STATUSES
 from ._clients import _retry_after as _header_retry_after
 from ._clients import _scrub
+from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify
 
@@ -196,9 +196,7 @@ class ExitPoolMiddleware:
     ) -> None:
         unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES)
         if unsupported:
-            raise InvalidInput(
-                f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}"
-            )
+            raise InvalidInput(f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}")
         if not _is_count(ban_retries):
             raise InvalidInput(f"EXITPOOL_BAN_RETRIES {ban_retries!r}: need an int >= 0")
         if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
@@ -220,7 +218,7 @@ class ExitPoolMiddleware:
     # -- construction
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> "ExitPoolMiddleware":
+    def from_crawler(cls, crawler: Any) -> ExitPoolMiddleware:
         s = crawler.settings
         config = s.get("EXITPOOL_CONFIG")
         path = s.get("EXITPOOL_PROXY_LIST_PATH")

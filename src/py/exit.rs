@@ -21,10 +21,7 @@ fn whole(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<Optio
         } else {
             format!("a {}", value.get_type().name()?)
         };
-        return Err(invalid_input(
-            py,
-            format!("{what} must be a whole number, got {shown}"),
-        ));
+        return Err(invalid_input(py, format!("{what} must be a whole number, got {shown}")));
     }
     Ok(value.extract::<i128>().ok())
 }
@@ -37,11 +34,7 @@ fn shown_int(value: &Bound<'_, PyAny>) -> String {
             if s.len() <= 40 {
                 s
             } else {
-                format!(
-                    "{}... ({} digits)",
-                    &s[..20],
-                    s.trim_start_matches('-').len()
-                )
+                format!("{}... ({} digits)", &s[..20], s.trim_start_matches('-').len())
             }
         }
         Err(_) => "(a number too long to print)".into(),
@@ -59,31 +52,18 @@ pub fn extract_int(
 ) -> PyResult<i128> {
     match whole(py, value, what)? {
         Some(n) if range.contains(&n) => Ok(n),
-        _ => Err(invalid_input(
-            py,
-            format!(
-                "{what} {} is outside {}..={}{note}",
-                shown_int(value),
-                range.start(),
-                range.end()
-            ),
-        )),
+        _ => Err(invalid_input(py, format!("{what} {} is outside {}..={}{note}", shown_int(value), range.start(), range.end()))),
     }
 }
 
 /// A capacity, judged by the core (which owns its range); a number beyond `i64` gets the
 /// core's message for the nearest `i64`, with the number itself put back in.
 pub fn capacity_of(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let n =
-        whole(py, value, "capacity")?.unwrap_or(if value.lt(0)? { i128::MIN } else { i128::MAX });
+    let n = whole(py, value, "capacity")?.unwrap_or(if value.lt(0)? { i128::MIN } else { i128::MAX });
     let near = n.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
     crate::exit::validate_capacity(near).map_err(|e| {
         let msg = e.to_string();
-        let msg = if i128::from(near) == n {
-            msg
-        } else {
-            msg.replacen(&near.to_string(), &shown_int(value), 1)
-        };
+        let msg = if i128::from(near) == n { msg } else { msg.replacen(&near.to_string(), &shown_int(value), 1) };
         invalid_input(py, msg)
     })
 }

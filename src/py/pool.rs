@@ -8,19 +8,19 @@ use super::ring::extract_replicas;
 use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
 use crate::clock::{Clock, SystemClock};
 use crate::exit::Exit;
+use crate::health::{HealthConfig, State as Health};
 use crate::lease::LeaseId;
+use crate::metrics::Tally;
 use crate::outcome::{ErrorKind, Report, OUTCOMES};
 use crate::pool::{Config, Grant, Pool, Refusal};
 use crate::select::Strategy;
-use crate::health::{HealthConfig, State as Health};
-use crate::metrics::Tally;
 use crate::warmup::WarmupConfig;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyType};
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,12 @@ fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<Warmu
                 "ramp" => cfg.ramp = v,
                 "initial_interval" => cfg.initial_interval = v,
                 "horizon" => cfg.horizon = v,
-                _ => return Err(invalid_input(py, format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::proxy::shown(&k)))),
+                _ => {
+                    return Err(invalid_input(
+                        py,
+                        format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::proxy::shown(&k)),
+                    ))
+                }
             }
         }
         return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
@@ -126,7 +131,9 @@ fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<Hea
             if v.is_instance_of::<PyBool>() {
                 return Err(invalid_input(py, format!("health {k} must be a number, got {}", v.repr()?)));
             }
-            v.extract::<f64>().map_err(|_| invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default())))
+            v.extract::<f64>().map_err(|_| {
+                invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default()))
+            })
         };
         let count = || -> PyResult<u32> { extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "").map(|n| n as u32) };
         match k.as_str() {
@@ -165,7 +172,10 @@ fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>
     for item in exits.try_iter()? {
         let item = item?;
         let exit = item.cast::<PyExit>().map_err(|_| {
-            invalid_input(py, format!("a Pool holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()))
+            invalid_input(
+                py,
+                format!("a Pool holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+            )
         })?;
         out.push((*exit.get().inner).clone());
     }
@@ -498,7 +508,11 @@ impl PyPool {
         let (exit_id, detail) = (&*exit_id, &*detail);
         let observed = match observed_ip.as_deref() {
             None => None,
-            Some(s) => Some(s.trim().parse::<std::net::IpAddr>().map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::proxy::shown(s))))?),
+            Some(s) => Some(
+                s.trim()
+                    .parse::<std::net::IpAddr>()
+                    .map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::proxy::shown(s))))?,
+            ),
         };
         let drifted = py.detach(|| self.core.record_probe(exit_id, ok, observed, detail)).py_err(py)?;
         self.dispatch.deliver(py, &self.core);
@@ -765,14 +779,22 @@ fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Opt
     let mut out = Vec::new();
     for id in ids.try_iter()? {
         let id = id?;
-        let id = id.cast::<PyString>().map_err(|_| invalid_input(py, format!("avoid holds {}, not an exit id (str)", id.get_type().name().map(|n| n.to_string()).unwrap_or_default())))?;
+        let id = id.cast::<PyString>().map_err(|_| {
+            invalid_input(
+                py,
+                format!("avoid holds {}, not an exit id (str)", id.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+            )
+        })?;
         out.push(Box::<str>::from(text(id, "an exit id in avoid")?));
     }
     if out.is_empty() {
         return Ok(None);
     }
     if keyed {
-        return Err(invalid_input(py, "avoid is for keyless leases: a keyed lease goes to its session's exit (end the session to move it)"));
+        return Err(invalid_input(
+            py,
+            "avoid is for keyless leases: a keyed lease goes to its session's exit (end the session to move it)",
+        ));
     }
     Ok(Some(out.into_boxed_slice()))
 }
@@ -901,7 +923,10 @@ impl PyLease {
         let latency = latency.map(|v| seconds_of(py, "latency", v)).transpose()?;
         let captcha = match captcha {
             None => false,
-            Some(c) => c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| invalid_input(py, format!("captcha must be True or False, got {}", shown_repr(c))))?,
+            Some(c) => c
+                .cast::<PyBool>()
+                .map(|b| b.is_true())
+                .map_err(|_| invalid_input(py, format!("captcha must be True or False, got {}", shown_repr(c))))?,
         };
         let error = error.map(|e| error_kind(py, e)).transpose()?;
         let retry_after = retry_after.map(|v| seconds_of(py, "retry_after", v)).transpose()?;
@@ -936,7 +961,11 @@ impl PyLease {
     }
 
     fn exit_or_err(&self, py: Python<'_>) -> PyResult<Arc<Exit>> {
-        self.state.lock().exit.clone().ok_or_else(|| invalid_input(py, "this lease has not been acquired yet: use it inside `with pool.lease(...)`"))
+        self.state
+            .lock()
+            .exit
+            .clone()
+            .ok_or_else(|| invalid_input(py, "this lease has not been acquired yet: use it inside `with pool.lease(...)`"))
     }
 }
 
@@ -991,7 +1020,13 @@ impl PyLease {
     /// Ends the lease: with the reported outcome, else success on a clean exit, else a
     /// failure classified from the exception (which propagates unchanged).
     #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
-    fn __exit__(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>, exc: Option<&Bound<'_, PyAny>>, tb: Option<&Bound<'_, PyAny>>) -> bool {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
         let _ = tb;
         let fallback = if exc_type.is_some_and(|t| !t.is_none()) {
             let kind = match exc {

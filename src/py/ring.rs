@@ -48,7 +48,12 @@ impl PyRing {
     #[new]
     // `salt`'s default is applied below, where it is read as text; Python's signature keeps it.
     #[pyo3(signature = (exits=None, *, replicas=None, salt=None), text_signature = "(exits=None, *, replicas=None, salt=\"vnode\")")]
-    fn new(py: Python<'_>, exits: Option<&Bound<'_, PyAny>>, replicas: Option<&Bound<'_, PyAny>>, salt: Option<&Bound<'_, PyString>>) -> PyResult<PyRing> {
+    fn new(
+        py: Python<'_>,
+        exits: Option<&Bound<'_, PyAny>>,
+        replicas: Option<&Bound<'_, PyAny>>,
+        salt: Option<&Bound<'_, PyString>>,
+    ) -> PyResult<PyRing> {
         let replicas = match replicas {
             Some(r) => extract_replicas(py, r)?,
             None => crate::ring::DEFAULT_REPLICAS,
@@ -58,7 +63,10 @@ impl PyRing {
             for item in exits.try_iter()? {
                 let item = item?;
                 let exit = item.cast::<PyExit>().map_err(|_| {
-                    invalid_input(py, format!("a Ring holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()))
+                    invalid_input(
+                        py,
+                        format!("a Ring holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+                    )
                 })?;
                 objects.push(exit.clone().unbind());
             }
@@ -231,9 +239,8 @@ pub fn install_fast_paths(py: Python<'_>) -> PyResult<()> {
     // SAFETY: `ASSIGN` is a valid `METH_O` definition with 'static lifetime; CPython reads it
     // and never writes through the pointer. The result is a new reference or NULL with an
     // exception set.
-    let descr = unsafe {
-        Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::from_ref(&ASSIGN.0).cast_mut()))?
-    };
+    let descr =
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), std::ptr::from_ref(&ASSIGN.0).cast_mut()))? };
     ty.setattr("assign", descr)
 }
 
@@ -275,11 +282,7 @@ fn as_list<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
 /// these exits larger than the limit: the config loader names the key to blame by this.
 #[pyfunction]
 #[pyo3(name = "_check_ring_size")]
-pub fn check_ring_size(
-    py: Python<'_>,
-    exits: &Bound<'_, PyAny>,
-    replicas: Option<&Bound<'_, PyAny>>,
-) -> PyResult<()> {
+pub fn check_ring_size(py: Python<'_>, exits: &Bound<'_, PyAny>, replicas: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let replicas = match replicas {
         Some(r) if !r.is_none() => extract_replicas(py, r)?,
         _ => crate::ring::DEFAULT_REPLICAS,
@@ -287,9 +290,7 @@ pub fn check_ring_size(
     let mut capacities = Vec::new();
     for item in exits.try_iter()? {
         let item = item?;
-        let exit = item
-            .cast::<PyExit>()
-            .map_err(|_| invalid_input(py, "a Ring holds Exit objects"))?;
+        let exit = item.cast::<PyExit>().map_err(|_| invalid_input(py, "a Ring holds Exit objects"))?;
         capacities.push(exit.get().inner.capacity);
     }
     crate::ring::check_capacities(replicas, &capacities).py_err(py)

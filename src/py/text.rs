@@ -52,19 +52,12 @@ pub fn with_str<R>(s: &Bound<'_, PyString>, f: impl FnOnce(&str) -> R) -> PyResu
 /// that is not valid text is an `InvalidInput` naming `what`.
 #[inline]
 pub fn text<'a>(s: &'a Bound<'_, PyString>, what: &str) -> PyResult<Cow<'a, str>> {
-    let read = if fast_path(s.py()) {
-        borrowed_utf8(s).map(Cow::Borrowed)
-    } else {
-        s.to_cow()
-    };
+    let read = if fast_path(s.py()) { borrowed_utf8(s).map(Cow::Borrowed) } else { s.to_cow() };
     read.map_err(|e| not_text(s.py(), what, e))
 }
 
 /// [`text`] for an optional argument.
-pub fn opt_text<'a>(
-    s: Option<&'a Bound<'_, PyString>>,
-    what: &str,
-) -> PyResult<Option<Cow<'a, str>>> {
+pub fn opt_text<'a>(s: Option<&'a Bound<'_, PyString>>, what: &str) -> PyResult<Option<Cow<'a, str>>> {
     s.map(|s| text(s, what)).transpose()
 }
 
@@ -92,18 +85,9 @@ fn not_text(py: Python<'_>, what: &str, err: PyErr) -> PyErr {
     if !err.is_instance_of::<pyo3::exceptions::PyUnicodeEncodeError>(py) {
         return err;
     }
-    let at = err
-        .value(py)
-        .getattr("start")
-        .and_then(|v| v.extract::<usize>())
-        .ok();
+    let at = err.value(py).getattr("start").and_then(|v| v.extract::<usize>()).ok();
     let place = at.map(|i| format!(" at position {i}")).unwrap_or_default();
-    super::errors::invalid_input(
-        py,
-        format!(
-            "{what} is not valid text: it holds a lone surrogate{place}, which has no UTF-8 form"
-        ),
-    )
+    super::errors::invalid_input(py, format!("{what} is not valid text: it holds a lone surrogate{place}, which has no UTF-8 form"))
 }
 
 /// Calls `f` with the UTF-8 of `list[range]`, items that should be `str`s, read in one go.

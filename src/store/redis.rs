@@ -200,7 +200,16 @@ impl RedisStore {
         // Unix socket URLs carry their password as a query parameter.
         if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
             secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
-            let kept: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| if k == "pass" || k == "password" { (k.into_owned(), "[secure]".to_owned()) } else { (k.into_owned(), v.into_owned()) }).collect();
+            let kept: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(k, v)| {
+                    if k == "pass" || k == "password" {
+                        (k.into_owned(), "[secure]".to_owned())
+                    } else {
+                        (k.into_owned(), v.into_owned())
+                    }
+                })
+                .collect();
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
         let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
@@ -524,7 +533,10 @@ impl Inner {
             Ok(con) => self.idle.lock().push(con),
             Err(e) if turned_away(&e) => {
                 let why = scrub(&e.to_string(), &self.secrets);
-                return Err(Error::BadInput(format!("store {}: the server refused this client ({why}): check the password and the database number", self.shown)));
+                return Err(Error::BadInput(format!(
+                    "store {}: the server refused this client ({why}): check the password and the database number",
+                    self.shown
+                )));
             }
             Err(e) => drop(self.failed(e)),
         }
@@ -535,7 +547,13 @@ impl Inner {
         let why = scrub(&e.to_string(), &self.secrets);
         // A server that turns this store away (its password changed since) is as good as
         // unreachable: it is not asked again at every lease either.
-        let unreachable = e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() || e.is_unrecoverable_error() || turned_away(&e) || why.contains("LOADING");
+        let unreachable = e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_unrecoverable_error()
+            || turned_away(&e)
+            || why.contains("LOADING");
         if unreachable {
             // Every pooled connection went to the same server: none is worth trying now.
             self.idle.lock().clear();
@@ -584,7 +602,9 @@ fn stuck_leases(n: usize) -> String {
 /// Whether the server refused the client itself: authentication (a wrong password, none where
 /// one is required, a user without the right) or the database number.
 fn turned_away(e: &RedisError) -> bool {
-    e.kind() == redis::ErrorKind::AuthenticationFailed || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM")) || e.to_string().contains("refused to switch database")
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+        || e.to_string().contains("refused to switch database")
 }
 
 fn scrub(text: &str, secrets: &[String]) -> String {
@@ -706,7 +726,14 @@ impl Store for RedisStore {
         let hold = if v.hold.is_finite() { (v.hold * 1000.0).round().max(0.0) as i64 } else { -1 };
         let seq: i64 = self.inner.with(|con| {
             let mut inv = self.inner.scripts.publish.prepare_invoke();
-            inv.arg(&self.inner.prefix).arg(&v.exit).arg(&v.site).arg(state_code(v.state)).arg(hold).arg(v.origin).arg(cap).arg(if ejects(v.state) { "1" } else { "0" });
+            inv.arg(&self.inner.prefix)
+                .arg(&v.exit)
+                .arg(&v.site)
+                .arg(state_code(v.state))
+                .arg(hold)
+                .arg(v.origin)
+                .arg(cap)
+                .arg(if ejects(v.state) { "1" } else { "0" });
             inv.invoke(con)
         })?;
         Ok(seq > 0)

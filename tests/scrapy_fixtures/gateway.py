@@ -22,15 +22,14 @@ class Gateway:
     def __init__(self, users: Dict[str, Tuple[str, object]]) -> None:
         """``users``: user name -> (password, testbed Proxy to leave through)."""
         self._routes = {
-            "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(): (user, proxy)
-            for user, (password, proxy) in users.items()
+            "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(): (user, proxy) for user, (password, proxy) in users.items()
         }
         self.requests: collections.Counter = collections.Counter()  # per user
         self.auth_failures = 0
         self.port: Optional[int] = None
         self._server: Optional[asyncio.AbstractServer] = None
 
-    async def start(self) -> "Gateway":
+    async def start(self) -> Gateway:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

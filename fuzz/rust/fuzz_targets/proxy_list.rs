@@ -52,7 +52,16 @@ fn planted(b: &mut Bytes) -> String {
     let well_formed = b.flag();
     let mut password = format!("{PLANT}{}", b.fragment(6, ""));
     if b.flag() {
-        password = password.chars().map(|c| if b.flag() { percent_encoding::utf8_percent_encode(&c.to_string(), percent_encoding::NON_ALPHANUMERIC).to_string() } else { c.to_string() }).collect();
+        password = password
+            .chars()
+            .map(|c| {
+                if b.flag() {
+                    percent_encoding::utf8_percent_encode(&c.to_string(), percent_encoding::NON_ALPHANUMERIC).to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect();
     }
     let (user, host, port) = if well_formed {
         (b.pick(USERS).to_owned(), b.pick(&HOSTS[..HOSTS.len() - 1]).to_owned(), (1 + b.number(65534)).to_string())

@@ -95,7 +95,7 @@ def _heat_css() -> str:
 
 
 def _hex(c: Tuple[int, int, int]) -> str:
-    return "#%02x%02x%02x" % c
+    return "#{:02x}{:02x}{:02x}".format(*c)
 
 
 def _ink(c: Tuple[int, int, int]) -> str:

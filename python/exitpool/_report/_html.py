@@ -17,7 +17,8 @@ from ._verdict import FAIL_BELOW
 
 _CSS = """
 *{box-sizing:border-box}
-body{margin:0;padding:18px 24px;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d1d1f;background:#f6f7f9}
+body{margin:0;padding:18px 24px;font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+  color:#1d1d1f;background:#f6f7f9}
 h1{font-size:20px;margin:0 8px 0 0;display:inline-block}
 h2{font-size:15px;margin:18px 0 6px}
 .meta{color:#666;display:inline-block}
@@ -41,7 +42,8 @@ table{border-collapse:collapse}
 table.heat td.c{width:46px;min-width:46px;height:24px;text-align:center;font-size:12px;font-weight:600;border:1px solid #f6f7f9}
 table.heat td.c.nd{color:#888}
 table.heat th.site{vertical-align:bottom;font-weight:600;font-size:12px;padding:0 0 4px}
-table.heat th.site div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;margin:0 auto;max-height:160px;overflow:hidden;text-overflow:ellipsis}
+table.heat th.site div{writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;
+  margin:0 auto;max-height:160px;overflow:hidden;text-overflow:ellipsis}
 table.heat th.site.inc div,table.heat th.site.bad div{color:#7a1010}
 table.heat th.site .mark{display:block;color:#7a1010;font-size:14px;line-height:16px}
 table.heat th.exit{text-align:right;padding:0 8px 0 0;font-weight:600;font-size:12px;white-space:nowrap}
@@ -69,7 +71,7 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
     out: List[str] = []
     w = out.append
     t = _num(lay.snap.get("time"))
-    w("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
+    w('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">')
     w('<meta name="viewport" content="width=device-width, initial-scale=1">')
     w(f"<title>{esc(title)}</title><style>{_CSS}{_heat_css()}</style></head><body>\n")
     meta = f"{len(lay.exits)} exits · {len(g.sites)} sites" + (f" · snapshot at t={t:.0f} s" if t is not None else "")
@@ -118,8 +120,10 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
     for x in (0.0, 0.25, 0.5, 0.75, 1.0):
         c = _rgb(x)
         w(f'<span class="sw" style="background:{_hex(c)};color:{_ink(c)}">{_pct(x)}</span>')
-    w(f'<span class="sw" style="background:{_hex(_NO_DATA)};color:#888">·</span> no data · '
-      "<b>Q</b> quarantined pair · <b>D</b> dead · ⚠ open site incident</div>")
+    w(
+        f'<span class="sw" style="background:{_hex(_NO_DATA)};color:#888">·</span> no data · '
+        "<b>Q</b> quarantined pair · <b>D</b> dead · ⚠ open site incident</div>"
+    )
     if not g.sites:
         w("<p>No per-site data yet: lease with <code>site=...</code> to fill the matrix.</p>")
     else:
@@ -156,7 +160,24 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
     # The exits table, all of them.
     w("<h2>Exits by state, worst first</h2>")
     w('<div class="scroll"><table class="exits"><thead><tr>')
-    for h in ("exit", "proxy", "state", "for", "success", "captcha", "p50", "p95", "p99", "active", "sessions", "leases", "quarantines", "quarantined", "weight", "capacity"):
+    for h in (
+        "exit",
+        "proxy",
+        "state",
+        "for",
+        "success",
+        "captcha",
+        "p50",
+        "p95",
+        "p99",
+        "active",
+        "sessions",
+        "leases",
+        "quarantines",
+        "quarantined",
+        "weight",
+        "capacity",
+    ):
         w(f"<th>{h}</th>")
     w("</tr></thead><tbody>")
     for e in lay.exits:
@@ -168,7 +189,10 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         weight = _num(e.get("weight"))
         w('<tr class="bad">' if bad else "<tr>")
         w(f'<td class="id">{esc(e["exit_id"])}</td><td class="proxy">{esc(str(e.get("proxy", "")))}</td>')
-        w(f'<td style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">{esc(state)}{" (benched)" if e.get("benched") is True else ""}</td>')
+        w(
+            f'<td style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">'
+            f"{esc(state)}{' (benched)' if e.get('benched') is True else ''}</td>"
+        )
         w(f'<td class="n">{_age(e.get("time_in_state"))}</td>')
         if rate is None:
             w('<td class="n">–</td>')
@@ -182,6 +206,8 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w(f'<td class="n">{_age(e.get("quarantined_seconds"))}</td>')
         w(f'<td class="n">{"–" if weight is None else f"{weight:.2f}"}</td><td class="n">{_int(e.get("capacity"))}</td></tr>')
     w("</tbody></table></div>\n")
-    w('<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
-      f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n")
+    w(
+        '<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
+        f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n"
+    )
     return "".join(out)

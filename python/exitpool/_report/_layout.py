@@ -29,7 +29,12 @@ class _Layout:
         def exit_key(e: Mapping[str, Any]) -> tuple:
             rate = _num(e.get("success_rate"))
             # No state ranks like an unknown one: after every known state.
-            return (_STATE_RANK.get(e.get("state", ""), len(STATES)), e["exit_id"] not in bad_e, 2.0 if rate is None else rate, e["exit_id"])
+            return (
+                _STATE_RANK.get(e.get("state", ""), len(STATES)),
+                e["exit_id"] not in bad_e,
+                2.0 if rate is None else rate,
+                e["exit_id"],
+            )
 
         self.exits: List[Dict[str, Any]] = sorted(self.snap["exits"], key=exit_key)
         g = self.grid
@@ -76,7 +81,11 @@ class _Layout:
             ("ejected", _pct(p.get("ejected_fraction"))),
             ("half-open", half_open),
             ("wait p99", f"{_secs(wait.get('p99'))} (p50 {_secs(wait.get('p50'))})"),
-            ("sessions", f"{_int(p.get('sessions', self.snap.get('sessions')))} sessions · {_int(p.get('live_leases', self.snap.get('live_leases')))} live leases"),
+            (
+                "sessions",
+                f"{_int(p.get('sessions', self.snap.get('sessions')))} sessions · "
+                f"{_int(p.get('live_leases', self.snap.get('live_leases')))} live leases",
+            ),
         ]
 
     def states(self) -> List[Tuple[str, int]]:

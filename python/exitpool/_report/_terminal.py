@@ -38,7 +38,7 @@ def render_terminal(
     (or ``max_sites``) are shown, with a note saying what was left out."""
     _require_rich()
     from rich import box
-    from rich.console import Console, Group
+    from rich.console import Console
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -75,7 +75,15 @@ def render_terminal(
 
     shown = lay.exits[: max(1, max_exits)]
     # Exits by state, worst first.
-    table = Table(title="exits by state, worst first", title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1), pad_edge=False)
+    table = Table(
+        title="exits by state, worst first",
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        pad_edge=False,
+    )
     table.add_column("exit", no_wrap=True, max_width=24, overflow="ellipsis")
     table.add_column("state", no_wrap=True)
     table.add_column("for", justify="right", no_wrap=True)
@@ -174,7 +182,9 @@ def render_terminal(
     v = lay.verdict
     con.print()
     style = "green" if v.ok else "red"
-    con.print(Panel(_verdict_text(v, Text), title="[bold]verdict: bad exit or bad site?[/]", title_align="left", border_style=style, expand=False))
+    con.print(
+        Panel(_verdict_text(v, Text), title="[bold]verdict: bad exit or bad site?[/]", title_align="left", border_style=style, expand=False)
+    )
 
 
 def _short(site: str) -> str:

@@ -134,9 +134,7 @@ def _destination(host: Optional[str], port: Optional[int], default_port: int) ->
     try:
         _check_loopback(host, "destination")
     except ValueError:
-        raise _Reject(
-            502, "Bad Gateway", f"exitpool testbed proxies reach 127.x addresses only, not {host!r}"
-        ) from None
+        raise _Reject(502, "Bad Gateway", f"exitpool testbed proxies reach 127.x addresses only, not {host!r}") from None
     return host, port or default_port
 
 

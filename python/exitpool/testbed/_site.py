@@ -18,7 +18,6 @@ from aiohttp import web
 
 from ._app import _AppServer, _client_ip
 
-
 _CAPTCHA_PAGE = """<!doctype html>
 <html><head><title>Are you a robot?</title></head>
 <body><div id="captcha" class="g-recaptcha">Please solve this captcha to continue.</div></body></html>
@@ -224,10 +223,7 @@ class Site(_AppServer):
                 "requests": sum(sum(c.values()) for c in self._by_ip.values()),
                 "outcomes": dict(self._sum(self._by_ip, None)),
                 "statuses": dict(self._sum(self._statuses_by_ip, None)),
-                "by_ip": {
-                    ip: {"outcomes": dict(c), "statuses": dict(self._statuses_by_ip.get(ip, {}))}
-                    for ip, c in self._by_ip.items()
-                },
+                "by_ip": {ip: {"outcomes": dict(c), "statuses": dict(self._statuses_by_ip.get(ip, {}))} for ip, c in self._by_ip.items()},
                 "banned": sorted(ip for ip in self._banned if self._is_banned(ip, now)),
                 "flagged": sorted(self._flagged),
                 "incident": self._incident is not None,

@@ -66,13 +66,9 @@ class Testbed:
         unknown = set(site_options) - {"rate", "burst", "ban_after", "ban_window", "ban_ttl", "captcha_rate", "seed"}
         if unknown:
             raise TypeError(f"unknown Testbed options: {sorted(unknown)}")
-        self.proxies: List[Proxy] = [
-            Proxy(f"exit-{i}", source_ip=ip, user=f"user{i}", timeout=timeout) for i, ip in enumerate(source_ips)
-        ]
+        self.proxies: List[Proxy] = [Proxy(f"exit-{i}", source_ip=ip, user=f"user{i}", timeout=timeout) for i, ip in enumerate(source_ips)]
         seed = site_options.pop("seed", None)
-        self.sites: List[Site] = [
-            Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)
-        ]
+        self.sites: List[Site] = [Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)]
         self.controls: List[Control] = [Control(f"control-{i}") for i in range(n_controls)]
         self.exits: List[Exit] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -115,7 +111,7 @@ class Testbed:
         return [*self.controls, *self.sites, *self.proxies]
 
     # -- async life
-    async def start(self) -> "Testbed":
+    async def start(self) -> Testbed:
         if self._state != "new":
             raise RuntimeError(f"a testbed starts once (this one is {self._state})")
         self._state = "starting"
@@ -141,14 +137,14 @@ class Testbed:
             except Exception:  # pragma: no cover - close the others anyway
                 pass
 
-    async def __aenter__(self) -> "Testbed":
+    async def __aenter__(self) -> Testbed:
         return await self.start()
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
     # -- sync life: a background thread with its own loop
-    def start_thread(self, timeout: float = 10.0) -> "Testbed":
+    def start_thread(self, timeout: float = 10.0) -> Testbed:
         """Start the world on a background thread with its own event loop."""
         if self._state != "new":
             raise RuntimeError(f"a testbed starts once (this one is {self._state})")
@@ -203,7 +199,7 @@ class Testbed:
         finally:
             self._stop_thread(loop, timeout)
 
-    def __enter__(self) -> "Testbed":
+    def __enter__(self) -> Testbed:
         return self.start_thread()
 
     def __exit__(self, *exc: Any) -> None:
