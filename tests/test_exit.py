@@ -650,3 +650,44 @@ def test_an_integer_out_of_its_range_is_invalid_input_naming_it_the_value_and_th
     with pytest.raises(InvalidInput) as info:
         call(n)
     assert str(info.value).startswith(f"{name} {_shown(n)} is outside {lo}..={hi}"), str(info.value)
+
+
+# Every float argument (a duration, a factor) and how to pass it. The report's own numbers
+# (latency, retry_after) have their property in tests/test_lease_end.py.
+FLOAT_ARGUMENTS = {
+    "Pool session_ttl": lambda x: _pool(session_ttl=x),
+    "Pool lease_ttl": lambda x: _pool(lease_ttl=x),
+    "Pool cooldown": lambda x: _pool(cooldown=x),
+    "Pool balance_factor": lambda x: _pool(balance_factor=x),
+    "Pool.lease timeout": lambda x: _pool().lease(timeout=x),
+    "Pool.acquire timeout": lambda x: _pool().acquire(timeout=x),
+    "Pool.probe_due idle": lambda x: _pool().probe_due(x),
+    "ManualClock start": lambda x: ManualClock(x),
+    "ManualClock.advance": lambda x: ManualClock().advance(x),
+    **{
+        f"Pool health {k}": ((lambda k: lambda x: _pool(health={k: x}))(k))  # noqa: B023
+        for k in ("base_ejection", "max_ejection", "jitter", "max_ejected", "rate_limit_cooldown")
+    },
+    "Pool warmup ramp": lambda x: _pool(warmup={"ramp": x}),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(FLOAT_ARGUMENTS))
+@settings(max_examples=25, deadline=None)
+@given(
+    x=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(),
+        st.sampled_from([10**400, -(10**400), 2**1024, 1e308, -1e308, float("nan"), float("inf"), -0.0, 0, 1]),
+    )
+)
+def test_a_float_argument_is_taken_or_refused_as_invalid_input(entry, x):
+    # Any number, however large, NaN or infinite: accepted (within its rules) or refused with
+    # InvalidInput naming the value; never OverflowError or anything else.
+    try:
+        FLOAT_ARGUMENTS[entry](x)
+    except InvalidInput as e:
+        shown = str(e)
+        assert "[secure]" not in shown and shown, shown
+    except (exitpool.NoExitAvailable, exitpool.Cooling, exitpool.WarmingUp):
+        pass  # a valid timeout on a full pool, not an argument error

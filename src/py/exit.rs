@@ -41,6 +41,24 @@ fn shown_int(value: &Bound<'_, PyAny>) -> String {
     }
 }
 
+/// A float argument (seconds, a factor): an int too large for a float is bad input naming the
+/// value, not the `OverflowError` a plain `f64` argument raises (PyO3 notes which argument).
+pub struct Float(pub f64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Float {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        match obj.extract::<f64>() {
+            Ok(v) => Ok(Float(v)),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(obj.py()) => {
+                Err(invalid_input(obj.py(), format!("{} is too large for a number (a float holds at most about 1.8e308)", shown_int(&obj))))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// Every integer argument of the API: a whole number in `range`, else an `InvalidInput`
 /// naming the argument, the value and the range (`note` says what else it may be).
 pub fn extract_int(

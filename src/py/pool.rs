@@ -3,7 +3,7 @@
 
 use super::clock::PyManualClock;
 use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
-use super::exit::{capacity_of, extract_int, PyExit};
+use super::exit::{capacity_of, extract_int, Float, PyExit};
 use super::ring::extract_replicas;
 use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
 use crate::clock::{Clock, SystemClock};
@@ -191,8 +191,8 @@ impl PyPool {
     #[new]
     // The strings' defaults are applied below, where every str is read as text (a str default
     // cannot be a `Bound`); the signature Python shows keeps them.
-    #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=900.0, lease_ttl=120.0,
-                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0,
+    #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=Float(900.0), lease_ttl=Float(120.0),
+                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=Float(8.0),
                         health=None, calibrate=false, store=None, namespace=None),
            text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\")")]
     #[allow(clippy::too_many_arguments)]
@@ -201,14 +201,14 @@ impl PyPool {
         exits: &Bound<'_, PyAny>,
         strategy: Option<&Bound<'_, PyString>>,
         replicas: Option<&Bound<'_, PyAny>>,
-        session_ttl: f64,
-        lease_ttl: f64,
+        session_ttl: Float,
+        lease_ttl: Float,
         max_leases: Option<&Bound<'_, PyAny>>,
-        balance_factor: Option<f64>,
+        balance_factor: Option<Float>,
         warmup: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyManualClock>>,
         seed: Option<&Bound<'_, PyAny>>,
-        cooldown: f64,
+        cooldown: Float,
         health: Option<&Bound<'_, PyDict>>,
         calibrate: bool,
         store: Option<&Bound<'_, PyString>>,
@@ -230,15 +230,15 @@ impl PyPool {
                 Some(r) => extract_replicas(py, r)?,
                 None => crate::ring::DEFAULT_REPLICAS,
             },
-            session_ttl,
-            lease_ttl,
+            session_ttl: session_ttl.0,
+            lease_ttl: lease_ttl.0,
             max_leases,
-            balance_factor,
+            balance_factor: balance_factor.map(|Float(f)| f),
             warmup: match warmup {
                 Some(w) => extract_warmup(py, w)?,
                 None => None,
             },
-            cooldown,
+            cooldown: cooldown.0,
             seed,
             health: extract_health(py, health)?,
             calibrate,
@@ -281,7 +281,7 @@ impl PyPool {
         py: Python<'_>,
         key: Option<Bound<'_, PyString>>,
         site: Option<Bound<'_, PyString>>,
-        timeout: Option<f64>,
+        timeout: Option<Float>,
         avoid: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyLease> {
         let avoid = match avoid {
@@ -299,7 +299,7 @@ impl PyPool {
             what: self.what.clone(),
             key: key.map(Bound::unbind),
             site: site.map(Bound::unbind),
-            timeout: timeout_of(py, timeout)?,
+            timeout: timeout_of(py, timeout.map(|Float(t)| t))?,
             avoid,
             state: Mutex::new(LeaseState::default()),
         })
@@ -312,7 +312,7 @@ impl PyPool {
         py: Python<'_>,
         key: Option<Bound<'_, PyString>>,
         site: Option<Bound<'_, PyString>>,
-        timeout: Option<f64>,
+        timeout: Option<Float>,
         avoid: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyLease> {
         let lease = self.lease(py, key, site, timeout, avoid)?;
@@ -485,9 +485,9 @@ impl PyPool {
 
     /// The exits a probe loop should check now: quarantined exits whose backoff is over, dead
     /// exits, and exits in service that took no lease for `idle` seconds.
-    #[pyo3(signature = (idle=30.0))]
-    fn probe_due(&self, py: Python<'_>, idle: f64) -> PyResult<Vec<PyExit>> {
-        let idle = seconds(py, "idle", idle)?;
+    #[pyo3(signature = (idle=Float(30.0)), text_signature = "($self, idle=30.0)")]
+    fn probe_due(&self, py: Python<'_>, idle: Float) -> PyResult<Vec<PyExit>> {
+        let idle = seconds(py, "idle", idle.0)?;
         Ok(self.core.probe_due(idle).into_iter().map(|inner| PyExit { inner }).collect())
     }
 
