@@ -6,13 +6,24 @@ import base64
 import email.utils
 import math
 from datetime import datetime, timezone
-from typing import Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
-from ._core import Exit
+from ._core import Exit, Lease
 from ._errors import InvalidInput
 
 # The proxy schemes aiohttp can speak to.
 _HTTP_SCHEMES = ("http", "https")
+# The statuses whose ``Retry-After`` the client helpers pass on to ``lease.report`` (the core
+# uses it to cool a rate-limited exit).
+_RETRY_AFTER_STATUSES = (429, 503)
+
+
+def _exit_of(lease: Union[Lease, Exit]) -> Exit:
+    """The exit a client helper was handed, given a lease or the exit itself."""
+    exit = getattr(lease, "exit", lease)
+    if not isinstance(exit, Exit):
+        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
+    return exit
 
 
 def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
@@ -60,3 +71,12 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
     if not math.isfinite(seconds):
         return None
     return max(0.0, seconds)
+
+
+def _retry_after_kwargs(status: int, headers: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    """``{"retry_after": seconds}`` for ``lease.report`` when a 429 or 503 carries a readable
+    ``Retry-After`` header, else nothing: one rule for every client helper."""
+    if status not in _RETRY_AFTER_STATUSES or headers is None:
+        return {}
+    retry_after = _retry_after(headers.get("Retry-After"))
+    return {} if retry_after is None else {"retry_after": retry_after}

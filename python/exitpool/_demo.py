@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ._states import QUARANTINED
+
 ACCOUNTS = 24
 KEYLESS_WORKERS = 4
 EXITS = 10
@@ -208,7 +210,7 @@ async def _exitpool(
 
     @pool.on_event
     def watch(event: Dict[str, Any]) -> None:
-        if world.incident and event["to"] == "quarantined" and event["exit_id"] not in DEAD and event["exit_id"] != BURNED:
+        if world.incident and event["to"] == QUARANTINED and event["exit_id"] not in DEAD and event["exit_id"] != BURNED:
             incident_quarantines.add(event["exit_id"])
 
     async def worker(session: Any, account: Optional[str], seed: int) -> None:

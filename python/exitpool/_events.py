@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List
 
+from ._states import _ejected
+
 logger = logging.getLogger("exitpool")
 
 _WARNING_KINDS = frozenset(
@@ -26,7 +28,7 @@ _WARNING_KINDS = frozenset(
 
 
 def _level(event: Dict[str, Any]) -> int:
-    if event["kind"] in _WARNING_KINDS or event["to"] in ("quarantined", "dead"):
+    if event["kind"] in _WARNING_KINDS or _ejected(event["to"]):
         return logging.WARNING
     return logging.INFO
 

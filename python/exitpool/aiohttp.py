@@ -31,7 +31,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from exitpool._clients import _proxy_parts, _retry_after
+from exitpool._clients import _exit_of, _proxy_parts, _retry_after_kwargs
 from exitpool._core import Exit, Lease, Pool
 from exitpool._errors import InvalidInput
 
@@ -42,13 +42,6 @@ _TUNNELLED = ("https", "wss")
 _UNSET: Any = object()
 
 CaptchaHook = Callable[[aiohttp.ClientResponse], Union[bool, Awaitable[bool]]]
-
-
-def _exit_of(lease: Union[Lease, Exit]) -> Exit:
-    exit = getattr(lease, "exit", lease)
-    if not isinstance(exit, Exit):
-        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
-    return exit
 
 
 # Why an exit cannot go through aiohttp, for `_proxy_parts`.
@@ -114,10 +107,7 @@ def report(
     kwargs: Dict[str, Any] = {"status": response.status, "captcha": bool(captcha)}
     if latency is not None:
         kwargs["latency"] = latency
-    if response.status in (429, 503):
-        retry_after = _retry_after(response.headers.get("Retry-After"))
-        if retry_after is not None:
-            kwargs["retry_after"] = retry_after
+    kwargs.update(_retry_after_kwargs(response.status, response.headers))
     lease.report(**kwargs)
 
 
@@ -216,10 +206,7 @@ def _report_error(lease: Lease, exc: aiohttp.ClientResponseError, latency: float
     if status is None:
         return  # nothing to go on: the lease classifies the exception
     kwargs: Dict[str, Any] = {"status": status, "latency": latency}
-    if status in (429, 503) and exc.headers is not None:
-        retry_after = _retry_after(exc.headers.get("Retry-After"))
-        if retry_after is not None:
-            kwargs["retry_after"] = retry_after
+    kwargs.update(_retry_after_kwargs(status, exc.headers))
     lease.report(**kwargs)
 
 

@@ -30,7 +30,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List
 
 import httpx
 
-from exitpool._clients import _retry_after
+from exitpool._clients import _exit_of, _retry_after_kwargs
 from exitpool._core import Exit, Lease
 
 __all__ = ["AsyncClients", "Clients", "report"]
@@ -39,13 +39,6 @@ __all__ = ["AsyncClients", "Clients", "report"]
 _FORBIDDEN = ("proxy", "proxies", "mounts", "transport", "app", "trust_env")
 # Options that belong to the transport: a client given a transport ignores them.
 _TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "retries", "local_address", "socket_options")
-
-
-def _exit_of(lease: Union[Lease, Exit]) -> Exit:
-    exit = getattr(lease, "exit", lease)
-    if not isinstance(exit, Exit):
-        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
-    return exit
 
 
 def _split(options: Dict[str, Any], owner: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -410,8 +403,5 @@ def report(
         kwargs["latency"] = max(0.0, outcome.elapsed.total_seconds())
     except (AttributeError, RuntimeError):  # a streamed response not read yet
         pass
-    if outcome.status_code in (429, 503):
-        retry_after = _retry_after(outcome.headers.get("Retry-After"))
-        if retry_after is not None:
-            kwargs["retry_after"] = retry_after
+    kwargs.update(_retry_after_kwargs(outcome.status_code, outcome.headers))
     lease.report(**kwargs)

@@ -43,6 +43,7 @@ from ._clients import _HTTP_SCHEMES as _SCHEMES
 from ._clients import _proxy_parts, _scrub
 from ._core import Exit
 from ._errors import InvalidInput, UnknownExit
+from ._states import DEGRADED, HEALTHY
 
 __all__ = ["EndpointResult", "ProbeLoop", "ProbeResult", "ProbeRound", "probe"]
 
@@ -534,7 +535,7 @@ class ProbeLoop:
 
     def _serving(self, exit_id: str) -> bool:
         try:
-            return self.pool.state(exit_id) in ("healthy", "degraded")
+            return self.pool.state(exit_id) in (HEALTHY, DEGRADED)
         except UnknownExit:
             return False
 

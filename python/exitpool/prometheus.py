@@ -40,6 +40,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     raise ImportError("exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'") from e
 
 from ._core import Pool, __version__
+from ._states import STATES
 
 if TYPE_CHECKING:  # the snapshot's TypedDicts exist in the stub only, not in the native module
     from ._core import Snapshot
@@ -50,7 +51,6 @@ __all__ = ["PoolCollector"]
 # so that mypy checks them against the snapshot's TypedDicts.
 _Outcome = Literal["success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other"]
 OUTCOMES: Tuple[_Outcome, ...] = ("success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other")
-STATES = ("healthy", "degraded", "probing", "quarantined", "dead")
 # Per-exit latency quantiles: the snapshot key and the `quantile` label value.
 LATENCY_QUANTILES: Tuple[Tuple[Literal["p50", "p95", "p99"], str], ...] = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
 WAIT_QUANTILES: Tuple[Tuple[Literal["p50", "p99"], str], ...] = (("p50", "0.5"), ("p99", "0.99"))

@@ -22,19 +22,12 @@ from typing import Any, Callable, Dict, Mapping, Optional, Union
 import requests
 from requests.adapters import HTTPAdapter
 
-from exitpool._clients import _retry_after
+from exitpool._clients import _exit_of, _retry_after_kwargs
 from exitpool._core import Exit, Lease
 
 __all__ = ["report", "session_for"]
 
 _PREFIXES = ("http://", "https://")
-
-
-def _exit_of(lease: Union[Lease, Exit]) -> Exit:
-    exit = getattr(lease, "exit", lease)
-    if not isinstance(exit, Exit):
-        raise TypeError(f"expected an exitpool Lease or Exit, got {type(lease).__name__}")
-    return exit
 
 
 class _ExitAdapter(HTTPAdapter):
@@ -124,8 +117,5 @@ def report(
     elapsed = getattr(outcome, "elapsed", None)
     if elapsed is not None:
         kwargs["latency"] = max(0.0, elapsed.total_seconds())
-    if outcome.status_code in (429, 503):
-        retry_after = _retry_after(outcome.headers.get("Retry-After"))
-        if retry_after is not None:
-            kwargs["retry_after"] = retry_after
+    kwargs.update(_retry_after_kwargs(outcome.status_code, outcome.headers))
     lease.report(**kwargs)

@@ -45,6 +45,7 @@ from ._clients import _scrub
 from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify
+from ._states import _ejected
 
 __all__ = ["BanPolicy", "ExitPoolMiddleware"]
 
@@ -452,7 +453,7 @@ class ExitPoolMiddleware:
         for exit in self.pool.exits:
             if exit.exit_id in benched:
                 continue
-            if self.pool.state(exit.exit_id, site or None) not in ("quarantined", "dead"):
+            if not _ejected(self.pool.state(exit.exit_id, site or None)):
                 return True
         return False
 

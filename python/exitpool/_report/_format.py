@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+from .._states import DEAD, DEGRADED, HEALTHY, PROBING, QUARANTINED
 from ._schema import _num
 
 
@@ -60,11 +61,11 @@ def _int(x: Any) -> int:
 _STOPS = ((0.0, (198, 40, 40)), (0.5, (245, 166, 35)), (1.0, (46, 139, 60)))
 _NO_DATA = (204, 204, 204)
 _STATE_COLOURS = {
-    "dead": "#3d3d3d",
-    "quarantined": "#b23c17",
-    "probing": "#3465a4",
-    "degraded": "#b8860b",
-    "healthy": "#2e7d32",
+    DEAD: "#3d3d3d",
+    QUARANTINED: "#b23c17",
+    PROBING: "#3465a4",
+    DEGRADED: "#b8860b",
+    HEALTHY: "#2e7d32",
 }
 
 
@@ -105,4 +106,4 @@ def _ink(c: Tuple[int, int, int]) -> str:
 
 
 def _cell_mark(state: Any) -> str:
-    return {"quarantined": "Q", "dead": "D"}.get(state, "")
+    return {QUARANTINED: "Q", DEAD: "D"}.get(state, "")

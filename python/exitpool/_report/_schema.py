@@ -12,8 +12,10 @@ import math
 import sys
 from typing import IO, Any, Dict, Optional, Union
 
+from .._states import STATES as _BEST_FIRST
+
 #: Health states, worst first: the order of the exits table.
-STATES = ("dead", "quarantined", "probing", "degraded", "healthy")
+STATES = tuple(reversed(_BEST_FIRST))
 _STATE_RANK = {s: i for i, s in enumerate(STATES)}
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from .._states import HEALTHY, QUARANTINED, _ejected
 from ._format import _pct
 from ._schema import _STATE_RANK, STATES, _is_num, _num, check
 
@@ -184,7 +185,7 @@ def verdict(snapshot: Mapping[str, Any]) -> Verdict:
     # A site object without a string name names no site (as for the pool's list above).
     incidents |= {name for name, s in site_info.items() if isinstance(name, str) and s.get("incident") is True}
 
-    forced_rows = {i for i, x in enumerate(g.exits) if by_id.get(x, {}).get("state") in ("dead", "quarantined")}
+    forced_rows = {i for i, x in enumerate(g.exits) if _ejected(by_id.get(x, {}).get("state"))}
     forced_cols = {j for j, s in enumerate(g.sites) if s in incidents}
     readings = []
     for rows_first in (False, True):
@@ -207,7 +208,7 @@ def verdict(snapshot: Mapping[str, Any]) -> Verdict:
 
     bad_exits: List[Tuple[tuple, Finding]] = []
     bad_exit_ids = {g.exits[i] for i in bad_rows} | judged_overall
-    bad_exit_ids |= {e["exit_id"] for e in snap["exits"] if e.get("state") in ("dead", "quarantined")}
+    bad_exit_ids |= {e["exit_id"] for e in snap["exits"] if _ejected(e.get("state"))}
     for exit_id in bad_exit_ids:
         e = by_id.get(exit_id, {})
         i = row_of.get(exit_id)
@@ -223,9 +224,9 @@ def verdict(snapshot: Mapping[str, Any]) -> Verdict:
             words.append(f"fails on {failed}/{tried} sites")
         detail = [w for w in (_failing_words(e.get("outcomes")),) if w]
         state = e.get("state")
-        if state in ("dead", "quarantined", "probing", "degraded"):
+        if state in STATES and state != HEALTHY:
             q = e.get("quarantines")
-            detail.append(f"{state} ({int(q)}x)" if state == "quarantined" and _is_num(q) and q > 1 else str(state))
+            detail.append(f"{state} ({int(q)}x)" if state == QUARANTINED and _is_num(q) and q > 1 else str(state))
         reason = words[0] + (": " + ", ".join(detail) if detail else "")
         rank = (_STATE_RANK.get(state, len(STATES)), -(failed / tried if tried else 1.0), exit_id)
         bad_exits.append((rank, Finding(exit_id, failed, tried, reason)))
