@@ -833,7 +833,8 @@ impl PyLease {
             (None, Some(s)) => with_str(s, |s| run(None, Some(s))),
             (Some(k), Some(s)) => with_str(k, |k| with_str(s, |s| run(Some(k), Some(s)))).and_then(|r| r),
         };
-        // A str that cannot be read as UTF-8 (a lone surrogate) matches no exit.
+        // Cannot fail: `lease()` read both strings already (refusing one that is not valid
+        // text by name), and they are immutable with their UTF-8 cached since.
         r.unwrap_or(Err(Refusal::NoExits))
     }
 
