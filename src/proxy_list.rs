@@ -65,12 +65,15 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
     // The token where the password starts, when tokens follow it: a password may hold an `@`
     // as well as a space, so this token's own "host" may be password too, and is left out.
     let followed = secret_from < tokens.len();
+    // What comes before the mask is shown only when the token parses as a proxy: the parser
+    // then knows where its password starts. Otherwise masking can only guess (`u:pw::rest`),
+    // and the guess may leave part of a password in the open.
     fn masked(t: &str, password_token: bool) -> String {
         let shown = mask_raw(t);
         match shown.find(MASK) {
             _ if !password_token => shown,
-            Some(i) => shown[..i + MASK.len()].to_owned(),
-            None => MASK.to_owned(),
+            Some(i) if parse_proxy_token(t).is_ok() => shown[..i + MASK.len()].to_owned(),
+            _ => MASK.to_owned(),
         }
     }
     let quote = |i: usize, what: &str, value: &str| {
