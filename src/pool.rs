@@ -15,6 +15,7 @@ use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
 use crate::outcome::Report;
 use crate::ring::{Ring, DEFAULT_SALT};
+use crate::seed::random_seed;
 use crate::select::{Members, NoPick, Selector, Strategy};
 use crate::session::Sessions;
 use crate::store::{ExitCounts, Store, StoreError, Take, Taken, Verdict};
@@ -431,13 +432,6 @@ pub struct Snapshot {
     pub sessions: usize,
     pub live_leases: usize,
     pub counts: Counts,
-}
-
-pub(crate) fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    h.finish()
 }
 
 impl Pool {

@@ -30,7 +30,7 @@ impl Strategy {
             _ => {
                 return Err(Error::BadInput(format!(
                     "strategy {} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'",
-                    crate::proxy::shown(s)
+                    crate::mask::shown(s)
                 )))
             }
         })

@@ -38,8 +38,8 @@
 
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
+use crate::mask::{mask_raw, MASK};
 use crate::outcome::{Outcome, OUTCOMES};
-use crate::proxy::mask_raw;
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
@@ -195,24 +195,26 @@ impl RedisStore {
             if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
                 secrets.push(decoded.into_owned());
             }
-            let _ = shown.set_password(Some("[secure]"));
+            let _ = shown.set_password(Some(MASK));
         }
         // Unix socket URLs carry their password as a query parameter.
         if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
             secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
             let kept: Vec<(String, String)> = parsed
                 .query_pairs()
-                .map(|(k, v)| {
-                    if k == "pass" || k == "password" {
-                        (k.into_owned(), "[secure]".to_owned())
-                    } else {
-                        (k.into_owned(), v.into_owned())
-                    }
-                })
+                .map(
+                    |(k, v)| {
+                        if k == "pass" || k == "password" {
+                            (k.into_owned(), MASK.to_owned())
+                        } else {
+                            (k.into_owned(), v.into_owned())
+                        }
+                    },
+                )
                 .collect();
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
-        let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
+        let shown = shown.to_string().replace("%5Bsecure%5D", MASK);
         let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
         // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
         // hold a write behind an unacknowledged one.
@@ -239,7 +241,7 @@ impl RedisStore {
                 process: AtomicU32::new(std::process::id()),
                 flusher: AtomicU32::new(0),
                 no_flusher: AtomicBool::new(false),
-                salt: AtomicU64::new(crate::pool::random_seed()),
+                salt: AtomicU64::new(crate::seed::random_seed()),
                 ids: AtomicU64::new(0),
                 stuck: AtomicBool::new(false),
                 max_ttl_ms: AtomicU64::new(0),
@@ -377,7 +379,7 @@ impl Inner {
             }
             self.stuck.store(false, Ordering::Relaxed);
             *self.retry_at.lock() = None;
-            self.salt.store(crate::pool::random_seed() ^ u64::from(pid), Ordering::Relaxed);
+            self.salt.store(crate::seed::random_seed() ^ u64::from(pid), Ordering::Relaxed);
             self.ids.store(0, Ordering::Relaxed);
             self.process.store(pid, Ordering::Release);
         }

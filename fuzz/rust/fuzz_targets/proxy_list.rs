@@ -4,7 +4,8 @@
 //! shape of the parser reads one, and the fragments around it cannot carry it or move it.
 #![no_main]
 
-use exitpool::proxy::{mask_raw, ProxyUrl};
+use exitpool::mask::mask_raw;
+use exitpool::ProxyUrl;
 use exitpool::proxy_list;
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::percent_decode_str;
