@@ -6,7 +6,6 @@ pub mod clock;
 pub mod error;
 pub mod events;
 pub mod exit;
-pub mod fleet;
 pub mod hash;
 pub mod health;
 pub mod lease;

@@ -9,8 +9,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
-use crate::fleet::{Admit, Fleet, Pending, Probe, SITE_VERDICT};
-use crate::health::{HealthConfig, Reason, State as Health};
+use crate::health::{Admit, HealthBoard, HealthConfig, OutboxVerdict, Probe, Reason, State as Health, SITE_VERDICT};
 use crate::lease::{LeaseId, LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
 use crate::outcome::Report;
@@ -205,7 +204,7 @@ struct State {
     /// Site name -> id; 0 is "no site".
     sites: HashMap<Box<str>, u32>,
     site_names: Vec<Box<str>>,
-    fleet: Fleet,
+    board: HealthBoard,
     /// Per site, per exit handle: when it last served that site (for `lru`).
     last_used: Vec<Vec<f64>>,
     rng: SmallRng,
@@ -263,7 +262,7 @@ struct ViewMembers<'a> {
     exits: &'a [ExitSlot],
     max_leases: u32,
     last_used: &'a [f64],
-    fleet: &'a Fleet,
+    board: &'a HealthBoard,
     site: u32,
     now: f64,
 }
@@ -304,7 +303,7 @@ impl Members for ViewMembers<'_> {
     #[inline]
     fn eligible(&self, m: usize) -> bool {
         let h = self.members[m];
-        self.exits[h as usize].active < self.max_leases && self.fleet.admits(h, self.site, self.now) == Admit::Yes
+        self.exits[h as usize].active < self.max_leases && self.board.admits(h, self.site, self.now) == Admit::Yes
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
@@ -312,7 +311,7 @@ impl Members for ViewMembers<'_> {
         let capacity = self.exits[h as usize].exit.capacity.max(1) as f64;
         // Round half up by hand: weights are never negative, and `f64::round` is a libm call
         // on baseline x86-64 (no SSE4.1) that perf put at 8% of a keyless pair.
-        ((capacity * self.fleet.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
+        ((capacity * self.board.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
     }
     #[inline]
     fn active(&self, m: usize) -> u32 {
@@ -461,7 +460,7 @@ impl Pool {
             .collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let born = clock.now();
-        let fleet = Fleet::new(cfg.health.clone(), slots.len(), born);
+        let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
         let mut state = State {
             cfg,
             exits: slots,
@@ -473,7 +472,7 @@ impl Pool {
             pairings: Pairings::default(),
             sites: HashMap::new(),
             site_names: vec!["".into()],
-            fleet,
+            board,
             last_used: vec![Vec::new()],
             rng,
             counts: Counts::default(),
@@ -484,7 +483,7 @@ impl Pool {
             rate_mark: (born, 0),
         };
         state.view(Vec::new())?;
-        let events_published = state.fleet.events.published();
+        let events_published = state.board.events.published();
         Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, shared: None })
     }
 
@@ -495,7 +494,7 @@ impl Pool {
         let now = pool.clock.now();
         let origin = {
             let mut st = pool.state.lock();
-            st.fleet.outbox = Some(Vec::new());
+            st.board.outbox = Some(Vec::new());
             st.rng.random::<u64>() | 1
         };
         pool.shared = Some(Shared { store, origin, link: Mutex::new(Link { online: true, next_refresh: now, seen: 0 }) });
@@ -694,7 +693,7 @@ impl Pool {
             Some(rec) if report.is_none() => {
                 st.exits[rec.exit as usize].active -= 1;
                 st.counts.released += 1;
-                st.fleet.abandon(rec.exit, rec.site, rec.trial);
+                st.board.abandon(rec.exit, rec.site, rec.trial);
                 if rec.remote != 0 {
                     remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
                 }
@@ -717,7 +716,7 @@ impl Pool {
                 }
                 let in_service = st.views[0].members.len() as u32;
                 let jitter = st.rng.random::<f64>();
-                st.fleet.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
+                st.board.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
                 if rec.remote != 0 {
                     remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
                 }
@@ -726,7 +725,7 @@ impl Pool {
         };
         let wake = (expired || released) && st.waiters > 0;
         // A report that changed a verdict (rarely) has one to publish.
-        let verdicts = st.fleet.outbox.as_ref().is_some_and(|o| !o.is_empty());
+        let verdicts = st.board.outbox.as_ref().is_some_and(|o| !o.is_empty());
         drop(st);
         if wake {
             self.freed.notify_all();
@@ -773,7 +772,7 @@ impl Pool {
         if !st.exits[h as usize].benched {
             st.exits[h as usize].benched = true;
             st.leave_views(h)?;
-            st.fleet.events.push(
+            st.board.events.push(
                 now,
                 EventKind::Benched,
                 Some(h),
@@ -792,7 +791,7 @@ impl Pool {
             st.exits[h as usize].benched = false;
             st.join_views(h)?;
             let now = self.clock.now();
-            st.fleet.events.push(now, EventKind::Unbenched, Some(h), None, "back in the ring".to_owned());
+            st.board.events.push(now, EventKind::Unbenched, Some(h), None, "back in the ring".to_owned());
         }
         Ok(())
     }
@@ -827,12 +826,12 @@ impl Pool {
                 slot.removed = false;
                 slot.benched = false;
                 let now = self.clock.now();
-                st.fleet.forget(h, now);
+                st.board.forget(h, now);
                 h
             }
             None => {
                 let h = st.exits.len() as u32;
-                st.fleet.ensure_exit(h, self.clock.now());
+                st.board.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
                 st.exits.push(ExitSlot {
                     exit: Arc::new(exit),
@@ -858,7 +857,7 @@ impl Pool {
             st.leave_views(h)?;
         }
         let now = self.clock.now();
-        st.fleet.forget(h, now);
+        st.board.forget(h, now);
         let slot = &mut st.exits[h as usize];
         slot.removed = true;
         slot.benched = false;
@@ -900,13 +899,13 @@ impl Pool {
     pub fn probe_due(&self, idle: f64) -> Vec<Arc<Exit>> {
         let now = self.clock.now();
         let mut st = self.state.lock();
-        st.fleet.poll(now);
+        st.board.poll(now);
         let st = &*st;
         st.views[0]
             .members
             .iter()
             .filter(|&&h| {
-                let b = st.fleet.tunnel_breaker(h);
+                let b = st.board.tunnel_breaker(h);
                 match b.state() {
                     Health::Probing => b.trials_out() == 0,
                     Health::Dead => true,
@@ -928,7 +927,7 @@ impl Pool {
         let expected = st.exits[h as usize].exit.ip;
         let drifted = matches!((expected, observed_ip), (Some(e), Some(o)) if e != o);
         if drifted {
-            st.fleet.events.push(
+            st.board.events.push(
                 now,
                 EventKind::Drifted,
                 Some(h),
@@ -941,7 +940,7 @@ impl Pool {
             );
         }
         if !ok && !detail.is_empty() {
-            st.fleet.events.push(now, EventKind::ProbeFailed, Some(h), None, format!("probe failed: {detail}"));
+            st.board.events.push(now, EventKind::ProbeFailed, Some(h), None, format!("probe failed: {detail}"));
         }
         let in_service = st.views[0].members.len() as u32;
         let jitter = st.rng.random::<f64>();
@@ -950,7 +949,7 @@ impl Pool {
             (true, false) => Probe::Ok,
             (false, false) => Probe::Failed,
         };
-        st.fleet.probe(h, verdict, in_service, now, jitter);
+        st.board.probe(h, verdict, in_service, now, jitter);
         drop(st);
         if let Some(sh) = &self.shared {
             self.publish_verdicts(sh, now);
@@ -965,7 +964,7 @@ impl Pool {
         }
         let now = self.clock.now();
         let mut st = self.state.lock();
-        st.fleet.poll(now);
+        st.board.poll(now);
         let h = st.handle(exit_id)?;
         // Without a site: the state leases without a site meet (site 0), which is what
         // decides whether such a lease may use the exit.
@@ -973,7 +972,7 @@ impl Pool {
             None => Some(0),
             Some(s) => st.sites.get(s).copied(),
         };
-        Ok(st.fleet.state(h, site))
+        Ok(st.board.state(h, site))
     }
 
     /// [`Pool::state`] by name, with "cooling" where a 429 has the exit resting for that site
@@ -988,7 +987,7 @@ impl Pool {
             None => Some(0),
             Some(s) => st.sites.get(s).copied(),
         };
-        let cooling = site.is_some_and(|s| matches!(st.fleet.admits(h, s, now), Admit::Cooling(_)));
+        let cooling = site.is_some_and(|s| matches!(st.board.admits(h, s, now), Admit::Cooling(_)));
         Ok(shown_state(health, cooling))
     }
 
@@ -997,7 +996,7 @@ impl Pool {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
-        st.fleet.revive(h, now);
+        st.board.revive(h, now);
         drop(st);
         if let Some(sh) = &self.shared {
             self.publish_verdicts(sh, now);
@@ -1014,7 +1013,7 @@ impl Pool {
     /// Events with a sequence number of at least `since`, oldest first.
     pub fn events(&self, since: u64) -> Vec<EventView> {
         let st = self.state.lock();
-        st.fleet
+        st.board
             .events
             .since(since)
             .map(|e| EventView {
@@ -1023,8 +1022,8 @@ impl Pool {
                 kind: e.kind.name(),
                 exit_id: e.exit.map(|h| st.exits[h as usize].exit.id.clone()),
                 site: e.site.map(|s| st.site_names[s as usize].to_string()),
-                from: e.from.map(Health::name),
-                to: e.to.map(Health::name),
+                from: e.from,
+                to: e.to,
                 message: e.message.clone(),
             })
             .collect()
@@ -1057,7 +1056,7 @@ impl Pool {
             if safe == 0 {
                 slot.benched = true;
                 st.leave_views(h)?;
-                st.fleet.events.push(
+                st.board.events.push(
                     now,
                     EventKind::Benched,
                     Some(h),
@@ -1074,7 +1073,7 @@ impl Pool {
                 st.leave_views(h)?;
                 st.exits[h as usize].exit = Arc::new(resized);
                 st.join_views(h)?;
-                st.fleet.events.push(
+                st.board.events.push(
                     now,
                     EventKind::Recalibrated,
                     Some(h),
@@ -1096,7 +1095,7 @@ impl Pool {
         if guard.expire(now) && guard.waiters > 0 {
             self.freed.notify_all();
         }
-        guard.fleet.poll(now);
+        guard.board.poll(now);
         // Throughput is measured between marks at least a minute apart.
         let acquired = guard.counts.acquired;
         if now - guard.rate_mark.0 >= 60.0 {
@@ -1115,7 +1114,7 @@ impl Pool {
             .iter()
             .map(|&h| {
                 let s = &st.exits[h as usize];
-                let b = st.fleet.tunnel_breaker(h);
+                let b = st.board.tunnel_breaker(h);
                 ExitView {
                     exit: s.exit.clone(),
                     state: b.state(),
@@ -1126,22 +1125,22 @@ impl Pool {
                     benched: s.benched,
                     sessions: sessions_per_exit[h as usize],
                     tally: s.tally.clone(),
-                    weight: st.fleet.weight(h, 0),
+                    weight: st.board.weight(h, 0),
                 }
             })
             .collect();
         let sites: Vec<SiteView> = (1..st.site_names.len() as u32)
             .map(|site| SiteView {
                 site: st.site_names[site as usize].to_string(),
-                incident: st.fleet.incident_open(site),
+                incident: st.board.incident_open(site),
                 cells: listed
                     .iter()
                     .map(|&h| {
                         let tally = st.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)).filter(|t| t.reports() > 0)?;
-                        let b = st.fleet.site_breaker(h, site);
+                        let b = st.board.site_breaker(h, site);
                         Some(Cell {
-                            state: st.fleet.state(h, Some(site)),
-                            cooling: matches!(st.fleet.admits(h, site, now), Admit::Cooling(_)),
+                            state: st.board.state(h, Some(site)),
+                            cooling: matches!(st.board.admits(h, site, now), Admit::Cooling(_)),
                             tally: tally.clone(),
                             quarantines: b.map_or(0, |b| b.quarantines),
                             quarantined_seconds: b.map_or(0.0, |b| b.total_quarantined(now)),
@@ -1160,13 +1159,13 @@ impl Pool {
         figures.throughput = if now > t0 { (acquired - a0) as f64 / (now - t0) } else { 0.0 };
         let mut loads: Vec<u64> = st.views[0].members.iter().map(|&h| st.exits[h as usize].tally.leases).collect();
         figures.gini = crate::metrics::gini(&mut loads);
-        figures.ejected_fraction = if figures.in_service == 0 { 0.0 } else { st.fleet.ejected() as f64 / figures.in_service as f64 };
-        (figures.trials, figures.trials_recovered) = st.fleet.trials();
+        figures.ejected_fraction = if figures.in_service == 0 { 0.0 } else { st.board.ejected() as f64 / figures.in_service as f64 };
+        (figures.trials, figures.trials_recovered) = st.board.trials();
         figures.wait_p50 = st.waits.quantile(0.5);
         figures.wait_p99 = st.waits.quantile(0.99);
         figures.incidents =
-            st.fleet.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
-        figures.global_incident = st.fleet.global_incident_open();
+            st.board.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
+        figures.global_incident = st.board.global_incident_open();
         Snapshot {
             now,
             exits,
@@ -1266,7 +1265,7 @@ impl Pool {
                 Taken::WarmingUp { exit, wait } => {
                     let mut st = self.state.lock();
                     let eh = st.by_id.get(&exit).copied();
-                    st.fleet.events.push(
+                    st.board.events.push(
                         now,
                         EventKind::WarmingUp,
                         eh,
@@ -1318,7 +1317,7 @@ impl Pool {
                     link.next_refresh = now;
                     drop(link);
                     let msg = format!("{} answers again: rejoining the fleet", sh.store.describe());
-                    self.state.lock().fleet.events.push(now, EventKind::StoreRejoined, None, None, msg);
+                    self.state.lock().board.events.push(now, EventKind::StoreRejoined, None, None, msg);
                 }
                 true
             }
@@ -1327,7 +1326,7 @@ impl Pool {
                     link.online = false;
                     drop(link);
                     let msg = format!("{why}; serving from this worker's own state until it answers");
-                    self.state.lock().fleet.events.push(now, EventKind::StoreUnavailable, None, None, msg);
+                    self.state.lock().board.events.push(now, EventKind::StoreUnavailable, None, None, msg);
                 }
                 false
             }
@@ -1363,7 +1362,7 @@ impl Pool {
             if v.exit.is_empty() {
                 if !v.site.is_empty() && v.site != UNSCOPED {
                     let site = st.site_id(Some(&v.site));
-                    st.fleet.impose_incident(site, v.state == Health::Quarantined, v.hold, now);
+                    st.board.impose_incident(site, v.state == Health::Quarantined, v.hold, now);
                 }
                 continue;
             }
@@ -1376,7 +1375,7 @@ impl Pool {
                 UNSCOPED => Some(0),
                 name => Some(st.site_id(Some(name))),
             };
-            st.fleet.impose(h, site, v.state, v.hold, now, Reason::Fleet);
+            st.board.impose(h, site, v.state, v.hold, now, Reason::Fleet);
         }
         drop(st);
         let mut link = sh.link.lock();
@@ -1388,16 +1387,16 @@ impl Pool {
     fn publish_verdicts(&self, sh: &Shared, now: f64) {
         let (pending, cap) = {
             let mut st = self.state.lock();
-            let Some(outbox) = st.fleet.outbox.as_mut() else { return };
+            let Some(outbox) = st.board.outbox.as_mut() else { return };
             if outbox.is_empty() {
                 return;
             }
             let pending: Vec<_> = std::mem::take(outbox);
             let in_service = st.views[0].members.len() as u32;
-            let cap = st.fleet.ejection_cap(in_service);
+            let cap = st.board.ejection_cap(in_service);
             let named: Vec<_> = pending
                 .into_iter()
-                .map(|Pending { exit: h, site, state, hold }| {
+                .map(|OutboxVerdict { exit: h, site, state, hold }| {
                     let v = Verdict {
                         // A site's own verdict (an incident) names no exit.
                         exit: if h == SITE_VERDICT { String::new() } else { st.exits[h as usize].exit.id.clone() },
@@ -1423,8 +1422,8 @@ impl Pool {
             }
             if r == Ok(false) && h != SITE_VERDICT {
                 let mut st = self.state.lock();
-                if st.fleet.state(h, site) == v.state {
-                    st.fleet.impose(h, site, Health::Degraded, 0.0, now, Reason::FleetCapRefused);
+                if st.board.state(h, site) == v.state {
+                    st.board.impose(h, site, Health::Degraded, 0.0, now, Reason::FleetCapRefused);
                 }
             }
         }
@@ -1530,13 +1529,13 @@ impl State {
         let mut freed = false;
         let exits = &mut self.exits;
         let counts = &mut self.counts;
-        let fleet = &mut self.fleet;
+        let board = &mut self.board;
         let lease_ttl = self.cfg.lease_ttl;
         self.leases.expire_due(now, |_, rec: LeaseRec| {
             exits[rec.exit as usize].active -= 1;
             counts.expired += 1;
-            fleet.abandon(rec.exit, rec.site, rec.trial);
-            fleet.events.push(
+            board.abandon(rec.exit, rec.site, rec.trial);
+            board.events.push(
                 now,
                 EventKind::LeaseExpired,
                 Some(rec.exit),
@@ -1557,7 +1556,7 @@ impl State {
         self.sites.insert(site.into(), id);
         self.site_names.push(site.into());
         self.last_used.push(Vec::new());
-        self.fleet.ensure_site(id);
+        self.board.ensure_site(id);
         id
     }
 
@@ -1567,7 +1566,7 @@ impl State {
     fn ring_pick(&self, view: u32, key: &str, site: u32, now: f64) -> std::result::Result<(u32, Choice), Refusal> {
         let v = &self.views[view as usize];
         let first = v.ring.assign(key).ok_or(Refusal::NoExits)?;
-        let admitted = |h: u32| self.fleet.admits(h, site, now) == Admit::Yes;
+        let admitted = |h: u32| self.board.admits(h, site, now) == Admit::Yes;
         // Mirrokni, Thorup and Zadimoghaddam: no exit may carry more than c times its
         // capacity-weighted share of the live sessions, counting the one being placed.
         let total = self.sessions.total() as f64 + 1.0;
@@ -1602,7 +1601,7 @@ impl State {
             .members
             .iter()
             .filter(|h| !avoid.contains(h))
-            .any(|&h| self.exits[h as usize].active >= max_leases || self.fleet.state(h, Some(site)) == Health::Probing);
+            .any(|&h| self.exits[h as usize].active >= max_leases || self.board.state(h, Some(site)) == Health::Probing);
         if waitable {
             Refusal::Full
         } else {
@@ -1615,7 +1614,7 @@ impl State {
         self.views[view as usize]
             .members
             .iter()
-            .filter_map(|&h| match self.fleet.admits(h, site, now) {
+            .filter_map(|&h| match self.board.admits(h, site, now) {
                 Admit::Cooling(until) => Some(until - now),
                 _ => None,
             })
@@ -1637,7 +1636,7 @@ impl State {
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
-                    self.fleet.events.push(
+                    self.board.events.push(
                         now,
                         EventKind::WarmingUp,
                         Some(h),
@@ -1667,8 +1666,8 @@ impl State {
         local_sessions: bool,
     ) -> std::result::Result<(u32, Choice), Refusal> {
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
-        self.fleet.poll(now);
-        self.fleet.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
+        self.board.poll(now);
+        self.board.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
         match key {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
@@ -1689,10 +1688,10 @@ impl State {
                     let n = self.exits.len();
                     self.last_used[site as usize].resize(n, f64::NEG_INFINITY);
                 }
-                let State { views, exits, last_used, rng, cfg, fleet, .. } = self;
+                let State { views, exits, last_used, rng, cfg, board, .. } = self;
                 let v = &mut views[view as usize];
                 let members =
-                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], fleet, site, now };
+                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
                 let lru_clock = lru.then_some((now, cfg.cooldown));
                 let picked = if avoid.is_empty() {
                     v.selector.pick(strategy, &members, rng, lru_clock)
@@ -1723,11 +1722,11 @@ impl State {
         } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
             Some("its exit is outside this subset")
         } else {
-            self.fleet.lost(h, site)
+            self.board.lost(h, site)
         };
         if let Some(why) = why {
             let exit_id = slot.exit.id.clone();
-            self.fleet.events.push(
+            self.board.events.push(
                 now,
                 EventKind::SessionLost,
                 Some(h),
@@ -1736,7 +1735,7 @@ impl State {
             );
             return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
         }
-        match self.fleet.admits(h, site, now) {
+        match self.board.admits(h, site, now) {
             Admit::Yes => Ok(h),
             Admit::Cooling(until) => Err(Refusal::Cooling { wait: until - now, why: RATE_LIMITED_ONE }),
             // Probing with every trial out: wait for one to come back.
@@ -1756,7 +1755,7 @@ impl State {
                 h != picked
                     && !avoid.contains(&h)
                     && self.exits[h as usize].active < max_leases
-                    && self.fleet.admits(h, site, now) == Admit::Yes
+                    && self.board.admits(h, site, now) == Admit::Yes
             })
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);
@@ -1797,9 +1796,9 @@ impl State {
     /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
     #[inline]
     fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
-        self.fleet.gate_pass(site, now);
-        let state = self.fleet.state(h, Some(site));
-        let trial = self.fleet.on_lease(h, site);
+        self.board.gate_pass(site, now);
+        let state = self.board.state(h, Some(site));
+        let trial = self.board.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
         slot.active += 1;
         slot.last_lease = now;
