@@ -99,6 +99,7 @@ impl Events {
     }
 
     /// The sequence number the next event will get.
+    #[cfg(test)]
     pub fn next_seq(&self) -> u64 {
         self.next
     }

@@ -98,10 +98,6 @@ impl Leases {
         }
         self.earliest = earliest;
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = &LeaseRec> {
-        self.slots.iter().filter_map(|s| s.rec.as_ref())
-    }
 }
 
 #[cfg(test)]

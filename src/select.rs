@@ -62,9 +62,6 @@ pub enum NoPick {
 /// What a strategy may ask about member `m` (a position in the member list, not a handle).
 pub trait Members {
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     fn eligible(&self, m: usize) -> bool;
     fn weight(&self, m: usize) -> i64;
     fn active(&self, m: usize) -> u32;

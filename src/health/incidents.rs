@@ -19,7 +19,7 @@ pub(super) struct Incident {
 
 /// How long a site incident shared by another worker holds without news from it; the worker
 /// that opened it says so again every half of this while it stays open.
-pub const INCIDENT_HOLD: f64 = 60.0;
+const INCIDENT_HOLD: f64 = 60.0;
 
 impl HealthBoard {
     /// During a site incident, that site's leases go `incident_interval` apart: `Err(wait)`

@@ -16,7 +16,6 @@ mod incidents;
 pub use board::{Admit, HealthBoard, OutboxVerdict, Probe, Trial, SITE_VERDICT};
 pub use breaker::Breaker;
 pub use config::HealthConfig;
-pub use incidents::INCIDENT_HOLD;
 
 use crate::outcome::Outcome;
 
