@@ -3,10 +3,9 @@
 //! Plain Rust with no knowledge of Python; `src/py/` wraps it behind the `python` feature.
 //! Every module is private: the public API is what this file re-exports.
 //!
-//! Module dependencies run one way (no cycles): the leaves `seed`, `hash`, `error`,
-//! `proxy_syntax` and `mask`; then `clock`, `outcome`, `proxy`, `exit`, `events`,
-//! `health`, `ring`, `select`, `session`, `warmup`, `metrics`, `lease`, `proxy_list`; then
-//! `store`; and `pool` on top.
+//! Module dependencies run one way, without cycles: `seed`, `hash`, `events` and
+//! `proxy_syntax` use no other module; `mask` uses `proxy_syntax`; `error` uses `mask`; the
+//! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers.
 
 mod clock;
 mod error;
