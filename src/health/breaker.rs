@@ -154,7 +154,7 @@ impl Breaker {
 
     /// First half of `record`: counts the signal. `None` when it cannot change the state
     /// (evidence about the site only); else whether it was a failure. Between the halves the
-    /// pool looks at the whole fleet (incidents, the cap) to decide what a trip may do.
+    /// pool looks at the whole pool (incidents, the cap) to decide what a trip may do.
     pub fn observe(&mut self, cfg: &HealthConfig, signal: Signal, trial: u32) -> Option<bool> {
         self.trial_done(trial);
         let mask = if cfg.window >= 64 { u64::MAX } else { (1u64 << cfg.window) - 1 };
