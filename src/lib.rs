@@ -11,6 +11,7 @@ mod clock;
 mod error;
 mod events;
 mod exit;
+mod fork;
 mod hash;
 mod health;
 mod lease;
@@ -40,16 +41,13 @@ pub use mask::{mask_raw, MASK};
 pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
-    Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures, Recalibration, Refusal, SiteRecord, Snapshot, COOLING,
-    RENEW_SLACK,
+    after_fork, before_fork, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures, Recalibration, Refusal,
+    SiteRecord, Snapshot, COOLING, RENEW_SLACK,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;
 pub use proxy_syntax::Scheme;
 pub use ring::{check_capacities, Ring, DEFAULT_REPLICAS, DEFAULT_SALT, MAX_POINTS, MAX_REPLICAS};
 pub use select::Strategy;
-pub use store::{
-    after_fork, before_fork, flush_all, open as open_store, ExitCounts, MemoryStore, RedisStore, Store, StoreError, StoreResult, Take,
-    Taken, Verdict,
-};
+pub use store::{flush_all, open as open_store, ExitCounts, MemoryStore, RedisStore, Store, StoreError, StoreResult, Take, Taken, Verdict};
 pub use warmup::WarmupConfig;

@@ -12,9 +12,10 @@ finalizer is registered from one of those when exitpool was imported before the 
 first imported inside a running child (a pool built there). A spawned child registers it too;
 its stores would be dropped at exit anyway, and a second send finds nothing waiting.
 
-Any fork (multiprocessing's or ``os.fork``) also holds every store's locks across the fork
-(``_before_fork``, ``_after_fork``): a lock held by the store's sender thread at that moment
-would otherwise stay held forever in the child, which has no such thread.
+Any fork (multiprocessing's or ``os.fork``) also holds every pool's and every store's locks
+across the fork (``_before_fork``, ``_after_fork``): a lock held at that moment by the store's
+sender thread, or by a thread waiting on the store, a snapshot or a free slot, would otherwise
+stay held forever in the child, which has no such thread.
 """
 
 from __future__ import annotations

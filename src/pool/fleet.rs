@@ -6,9 +6,9 @@ use super::state::State;
 use super::{Choice, Grant, Pool, Refusal};
 use crate::events::EventKind;
 use crate::exit::Exit;
+use crate::fork::Mutex;
 use crate::health::{Admit, OutboxVerdict, Reason, State as Health, SITE_VERDICT};
 use crate::store::{ExitCounts, Store, StoreError, Take, Taken, Verdict};
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// A pool's link to the fleet's store. The pool's own state stays complete: it is where the

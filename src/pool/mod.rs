@@ -9,13 +9,15 @@
 //! answers), `state` (the inner decision state behind the mutex), `members` (a view's exits as
 //! the selection strategies see them), `exits` (adding, benching, probing and judging exits),
 //! `fleet` (fleet mode: the decisions a shared store makes), `snapshot` (the records a reader
-//! gets) and `calibrate` (capacities measured from burned identities). This file holds the
+//! gets), `calibrate` (capacities measured from burned identities) and `fork` (the pools'
+//! locks across a fork). This file holds the
 //! pool and its lease API.
 
 mod calibrate;
 mod config;
 mod exits;
 mod fleet;
+mod fork;
 mod grant;
 mod members;
 mod snapshot;
@@ -24,12 +26,14 @@ mod state;
 pub use calibrate::Recalibration;
 pub use config::Config;
 pub use fleet::RENEW_SLACK;
+pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal};
 pub use snapshot::{Cell, EventRecord, ExitRecord, PoolFigures, SiteRecord, Snapshot, COOLING};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
+use crate::fork::{Condvar, Mutex};
 use crate::health::HealthBoard;
 use crate::lease::{LeaseId, Leases};
 use crate::metrics::{Tally, Waits};
@@ -39,7 +43,6 @@ use crate::session::Sessions;
 use crate::store::Store;
 use crate::warmup::Pairings;
 use fleet::{FleetLink, LinkState};
-use parking_lot::{Condvar, Mutex};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use state::{ExitSlot, State};
@@ -265,7 +268,7 @@ impl Pool {
                     waited = true;
                     // Slots also free by expiry, which no release announces: look again soon.
                     let wake = deadline.min(Instant::now() + Duration::from_millis(250));
-                    self.freed.wait_until(&mut st, wake);
+                    st = self.freed.wait_until(st, wake).0;
                     st.waiters -= 1;
                 }
                 Ok(mut grant) => {

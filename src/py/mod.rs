@@ -41,16 +41,18 @@ fn flush_stores(py: Python<'_>) {
     py.detach(crate::store::flush_all)
 }
 
-/// For `os.register_at_fork`: see `store::before_fork`.
+/// For `os.register_at_fork`: see `pool::before_fork`. It keeps the GIL: a thread that
+/// takes it between the locks and the fork could block on one of those locks (a local pool's
+/// lease runs with the GIL held) while the forking thread waits for the GIL back.
 #[pyfunction]
 #[pyo3(name = "_before_fork")]
-fn before_fork(py: Python<'_>) {
-    py.detach(crate::store::before_fork)
+fn before_fork() {
+    crate::before_fork()
 }
 
-/// For `os.register_at_fork`: see `store::after_fork`.
+/// For `os.register_at_fork`: see `pool::after_fork`.
 #[pyfunction]
 #[pyo3(name = "_after_fork")]
 fn after_fork() {
-    crate::store::after_fork()
+    crate::after_fork()
 }

@@ -261,7 +261,7 @@ impl PyPool {
                 Some(store) => Pool::with_store(exits, cfg, clock, store),
             })
             .py_err(py)?;
-        Ok(PyPool { core: Arc::new(core), view: 0, what: "the pool".into(), dispatch: Arc::default() })
+        Ok(PyPool { core: core.into_arc(), view: 0, what: "the pool".into(), dispatch: Arc::default() })
     }
 
     /// A pool built from a TOML file; the loader and its validation live in Python

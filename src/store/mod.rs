@@ -16,7 +16,8 @@ mod memory;
 mod redis;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::{after_fork, before_fork, flush_all, RedisStore};
+pub(crate) use self::redis::before_fork;
+pub use self::redis::{flush_all, RedisStore};
 
 use crate::error::{Error, Result};
 use crate::health::State;

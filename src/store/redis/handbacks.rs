@@ -3,9 +3,9 @@
 //! (see the store's module documentation).
 
 use super::{Inner, RETRY_AFTER};
+use crate::fork::{self, Mutex};
 use crate::outcome::Outcome;
 use crate::store::{StoreError, StoreResult};
-use parking_lot::Mutex;
 use redis::Connection;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,40 +38,21 @@ pub fn flush_all() {
     }
 }
 
-/// The stores whose locks the forking thread holds across a fork (see [`before_fork`]).
-static FORKING: Mutex<Vec<Arc<Inner>>> = Mutex::new(Vec::new());
-
-/// Takes every lock of every Redis store of this process before a fork, so that the child finds
-/// none of them held by a thread it does not have (the flusher, a thread waiting on the store):
-/// it would wait on that lock forever. [`after_fork`] lets go of them in the parent and the
-/// child. The order (the registry, then each store's `retry_at`, `idle`, `pending`) is the one
-/// in which the store's own code nests them.
-pub fn before_fork() {
-    std::mem::forget(LIVE.lock());
-    // SAFETY: the registry is locked by this thread (the guard forgotten just above).
-    let live: Vec<Arc<Inner>> = unsafe { &*LIVE.data_ptr() }.iter().filter_map(std::sync::Weak::upgrade).collect();
-    for s in &live {
-        std::mem::forget(s.retry_at.lock());
-        std::mem::forget(s.idle.lock());
-        std::mem::forget(s.pending.lock());
-    }
-    *FORKING.lock() = live;
-}
-
-/// Undoes [`before_fork`], in the parent and in the child.
-pub fn after_fork() {
-    let held = std::mem::take(&mut *FORKING.lock());
-    // SAFETY: `before_fork` took each of these locks on this thread and forgot its guard; the
-    // stores are kept alive by `held` until they are unlocked.
-    // parking_lot's mutexes carry no state in their guards: a new marker stands for the one
-    // forgotten.
-    unsafe {
-        for s in &held {
-            s.pending.force_unlock(Default::default());
-            s.idle.force_unlock(Default::default());
-            s.retry_at.force_unlock(Default::default());
+/// Takes every lock of every Redis store of this process before a fork (see `crate::fork`):
+/// the registry, then each store's `retry_at`, `idle`, `pending`, the order in which the
+/// store's own code nests them. `pool::after_fork` lets go of them.
+pub(crate) fn before_fork() {
+    let live = LIVE.lock();
+    let stores: Vec<Arc<Inner>> = live.iter().filter_map(std::sync::Weak::upgrade).collect();
+    // SAFETY: the registry is a static; each store is kept (by `keep`) before its locks are held.
+    unsafe { fork::hold(live) };
+    for s in stores {
+        fork::keep(Box::new(s.clone()));
+        unsafe {
+            fork::hold(s.retry_at.lock());
+            fork::hold(s.idle.lock());
+            fork::hold(s.pending.lock());
         }
-        LIVE.force_unlock(Default::default());
     }
 }
 
@@ -249,7 +230,7 @@ impl Inner {
                 if p.since.is_none() && busy.elapsed() >= PARK_AFTER {
                     p.parked = true;
                     while p.since.is_none() && !p.closed {
-                        self.wake.wait(&mut p);
+                        p = self.wake.wait(p);
                     }
                     p.parked = false;
                 }
@@ -268,7 +249,13 @@ impl Inner {
                     // the next command that reaches the server.
                     let retry = Instant::now() + RETRY_AFTER;
                     let mut p = self.pending.lock();
-                    while !p.closed && Instant::now() < retry && !self.wake.wait_until(&mut p, retry).timed_out() {}
+                    while !p.closed && Instant::now() < retry {
+                        let (q, timed_out) = self.wake.wait_until(p, retry);
+                        p = q;
+                        if timed_out {
+                            break;
+                        }
+                    }
                 }
             } else {
                 std::thread::sleep(wait);

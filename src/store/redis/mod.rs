@@ -38,14 +38,15 @@
 
 mod handbacks;
 
-pub use handbacks::{after_fork, before_fork, flush_all};
+pub(crate) use handbacks::before_fork;
+pub use handbacks::flush_all;
 use handbacks::{HandBack, HandBackQueue, LIVE, MAX_PENDING};
 
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
+use crate::fork::{Condvar, Mutex};
 use crate::mask::{mask_raw, MASK};
 use crate::outcome::{Outcome, OUTCOMES};
-use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
