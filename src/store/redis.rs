@@ -39,8 +39,9 @@
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
 use crate::outcome::{Outcome, OUTCOMES};
-use crate::proxy::mask_raw;
+use crate::proxy::{mask_raw, scrub, MASK};
 use parking_lot::{Condvar, Mutex};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -195,24 +196,27 @@ impl RedisStore {
             if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
                 secrets.push(decoded.into_owned());
             }
-            let _ = shown.set_password(Some("[secure]"));
+            let _ = shown.set_password(Some(MASK));
         }
         // Unix socket URLs carry their password as a query parameter.
         if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
             secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
             let kept: Vec<(String, String)> = parsed
                 .query_pairs()
-                .map(|(k, v)| {
-                    if k == "pass" || k == "password" {
-                        (k.into_owned(), "[secure]".to_owned())
-                    } else {
-                        (k.into_owned(), v.into_owned())
-                    }
-                })
+                .map(
+                    |(k, v)| {
+                        if k == "pass" || k == "password" {
+                            (k.into_owned(), MASK.to_owned())
+                        } else {
+                            (k.into_owned(), v.into_owned())
+                        }
+                    },
+                )
                 .collect();
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
-        let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
+        // The URL writer percent-encodes the mask's brackets; they are shown as typed.
+        let shown = shown.to_string().replace(&utf8_percent_encode(MASK, NON_ALPHANUMERIC).to_string(), MASK);
         let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
         // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
         // hold a write behind an unacknowledged one.
@@ -605,14 +609,6 @@ fn turned_away(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
         || e.to_string().contains("refused to switch database")
-}
-
-fn scrub(text: &str, secrets: &[String]) -> String {
-    let mut s = text.to_owned();
-    for secret in secrets.iter().filter(|x| !x.is_empty()) {
-        s = s.replace(secret.as_str(), "***");
-    }
-    s
 }
 
 fn ms(seconds: f64) -> i64 {
