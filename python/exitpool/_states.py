@@ -1,24 +1,19 @@
 """The health states an exit can be in, and which of them take it out of service.
 
-The core names the states (``src/health.rs``); this is the one Python place that spells them,
-so the logger, the metrics, the Scrapy middleware, the report and the demo cannot drift apart.
+The core names the states and decides which ones eject (``src/health.rs``); this module reads
+both from it, so the logger, the metrics, the Scrapy middleware, the report and the demo use
+the core's own spelling and cannot drift from it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Tuple
 
-HEALTHY = "healthy"
-DEGRADED = "degraded"
-PROBING = "probing"
-QUARANTINED = "quarantined"
-DEAD = "dead"
+from ._core import _EJECTED, _STATES
 
 #: Health states, best first: the order the core reports them in.
-STATES: Tuple[str, ...] = (HEALTHY, DEGRADED, PROBING, QUARANTINED, DEAD)
-
-#: The states in which health has ejected an exit (taken it out of rotation).
-_EJECTED = frozenset({QUARANTINED, DEAD})
+STATES: Tuple[str, ...] = _STATES
+HEALTHY, DEGRADED, PROBING, QUARANTINED, DEAD = STATES
 
 
 def _ejected(state: Any) -> bool:

@@ -32,7 +32,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from exitpool._clients import _exit_of, _proxy_parts, _retry_after_kwargs
-from exitpool._core import Exit, Lease, Pool
+from exitpool._core import _MASK, Exit, Lease, Pool
 from exitpool._errors import InvalidInput
 
 __all__ = ["ExitSession", "report", "request_kwargs"]
@@ -109,9 +109,6 @@ def report(
         kwargs["latency"] = latency
     kwargs.update(_retry_after_kwargs(response.status, response.headers))
     lease.report(**kwargs)
-
-
-_MASK = "[secure]"
 
 
 def _masked_info(info: Any) -> Any:
