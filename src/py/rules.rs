@@ -4,7 +4,7 @@
 use crate::health::State;
 use crate::outcome::{Outcome, OUTCOMES};
 use pyo3::prelude::*;
-use pyo3::types::{PyFrozenSet, PyTuple};
+use pyo3::types::{PyFrozenSet, PyString, PyTuple};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -17,8 +17,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// The core's scrubbing of known secrets out of a message (a client's exception text).
+/// Text that is not valid text (a lone surrogate) is scrubbed with U+FFFD in its place, as
+/// `_mask_raw` shows it: a message about bad text must still come out, masked.
 #[pyfunction]
 #[pyo3(name = "_scrub")]
-fn scrub(text: &str, secrets: Vec<String>) -> String {
-    crate::proxy::scrub(text, &secrets)
+fn scrub(text: &Bound<'_, PyString>, secrets: Vec<Bound<'_, PyString>>) -> String {
+    let secrets: Vec<String> = secrets.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    crate::proxy::scrub(&text.to_string_lossy(), &secrets)
 }
