@@ -41,6 +41,15 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
     return url, f"Basic {token}"
 
 
+def _site(host: Optional[str], port: Optional[int], default_port: bool) -> str:
+    """The site a request is for, as its Host header names it (health is scoped to it): the
+    host in lower case, an IPv6 one bracketed, and its port unless it is the scheme's own."""
+    host = (host or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return host if port is None or default_port else f"{host}:{port}"
+
+
 def _scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret in it masked: the core's rule (``proxy::scrub``), which the
     Redis store's messages follow too."""

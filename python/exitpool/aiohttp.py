@@ -32,6 +32,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from exitpool._clients import _exit_of, _proxy_parts, _retry_after_kwargs
+from exitpool._clients import _site as _site_of
 from exitpool._core import _MASK, Exit, Lease, Pool
 from exitpool._errors import InvalidInput
 
@@ -208,12 +209,7 @@ def _report_error(lease: Lease, exc: aiohttp.ClientResponseError, latency: float
 
 
 def _site(url: URL) -> str:
-    host = (url.host or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    if url.port is not None and not url.is_default_port():
-        return f"{host}:{url.port}"
-    return host
+    return _site_of(url.host, url.port, url.is_default_port())
 
 
 class _LeasedRequest:

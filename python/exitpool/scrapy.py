@@ -42,6 +42,7 @@ from . import Pool, load_exits
 from ._clients import _HTTP_SCHEMES as _SCHEMES
 from ._clients import _retry_after as _header_retry_after
 from ._clients import _scrub
+from ._clients import _site as _site_of
 from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify
@@ -74,16 +75,11 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 def _site(request: Request) -> str:
     """The request's host as its Host header names it: the pool scopes health to it."""
     parsed = urlparse_cached(request)
-    host = (parsed.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
     try:
         port = parsed.port
     except ValueError:
         port = None
-    if port is not None and port != _DEFAULT_PORTS.get(parsed.scheme):
-        return f"{host}:{port}"
-    return host
+    return _site_of(parsed.hostname, port, port == _DEFAULT_PORTS.get(parsed.scheme))
 
 
 def _retry_after(response: Response) -> Optional[float]:
