@@ -75,4 +75,5 @@ def test_python_reads_the_state_names_and_the_mask_from_the_core():
 
     assert _states.STATES is _core._STATES and prometheus.OUTCOMES is _core._OUTCOMES
     assert [s for s in _states.STATES if _states._ejected(s)] == ["quarantined", "dead"]
+    assert [s for s in _states.STATES if _states._in_service(s)] == ["healthy", "degraded"]
     assert ep_aiohttp._MASK is _core._MASK == "[secure]"

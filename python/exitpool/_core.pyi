@@ -65,6 +65,7 @@ __all__ = [
     "_MASK",
     "_STATES",
     "_EJECTED",
+    "_IN_SERVICE",
     "_OUTCOMES",
     "Exit",
     "Ring",
@@ -112,6 +113,8 @@ _MASK: str
 _STATES: Tuple[HealthState, HealthState, HealthState, HealthState, HealthState]
 #: The states in which health has taken an exit out of service.
 _EJECTED: FrozenSet[HealthState]
+#: The states of an exit in full service (neither out nor back only on trial).
+_IN_SERVICE: FrozenSet[HealthState]
 #: The outcome classes, in the order the core reports them.
 _OUTCOMES: Tuple[OutcomeName, ...]
 

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Tuple
 
-from ._core import _EJECTED, _STATES
+from ._core import _EJECTED, _IN_SERVICE, _STATES
 
 #: Health states, best first: the order the core reports them in.
 STATES: Tuple[str, ...] = _STATES
 HEALTHY, DEGRADED, PROBING, QUARANTINED, DEAD = STATES
+
+
+def _in_service(state: Any) -> bool:
+    """Whether ``state`` is one of an exit in full service: neither out nor on trial."""
+    return state in _IN_SERVICE
 
 
 def _ejected(state: Any) -> bool:

@@ -44,7 +44,7 @@ from ._clients import _proxy_parts, _scrub
 from ._core import Exit
 from ._errors import InvalidInput, UnknownExit
 from ._outcome import _classify as _classify_request
-from ._states import DEGRADED, HEALTHY
+from ._states import _in_service
 
 __all__ = ["EndpointResult", "ProbeLoop", "ProbeResult", "ProbeRound", "probe"]
 
@@ -534,7 +534,7 @@ class ProbeLoop:
 
     def _serving(self, exit_id: str) -> bool:
         try:
-            return self.pool.state(exit_id) in (HEALTHY, DEGRADED)
+            return _in_service(self.pool.state(exit_id))
         except UnknownExit:
             return False
 

@@ -11,6 +11,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("_MASK", crate::proxy::MASK)?;
     m.add("_STATES", PyTuple::new(py, State::ALL.map(State::name))?)?;
     m.add("_EJECTED", PyFrozenSet::new(py, State::ALL.into_iter().filter(|s| s.is_ejected()).map(State::name))?)?;
+    // In full service: neither out nor back only on trial (a probe's control exits).
+    m.add("_IN_SERVICE", PyFrozenSet::new(py, State::ALL.into_iter().filter(|s| !s.holds_a_cap_slot()).map(State::name))?)?;
     m.add("_OUTCOMES", PyTuple::new(py, OUTCOMES.map(Outcome::name))?)?;
     m.add_function(wrap_pyfunction!(scrub, m)?)?;
     Ok(())
