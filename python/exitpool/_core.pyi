@@ -1,60 +1,14 @@
 """Type stubs and documentation for exitpool's native core."""
 
+# ruff: noqa: F405 (the shape's names come from the star import of _shapes below)
+
 import os
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, Union, final
 
-# The shape of snapshots, events and recalibrations: one definition, in exitpool/_shapes.py.
-from ._shapes import (
-    Counts as Counts,
-)
-from ._shapes import (
-    Event as Event,
-)
-from ._shapes import (
-    ExitSnapshot as ExitSnapshot,
-)
-from ._shapes import (
-    FleetExit as FleetExit,
-)
-from ._shapes import (
-    HalfOpen as HalfOpen,
-)
-from ._shapes import (
-    HealthState as HealthState,
-)
-from ._shapes import (
-    Latency as Latency,
-)
-from ._shapes import (
-    Matrix as Matrix,
-)
-from ._shapes import (
-    OutcomeCounts as OutcomeCounts,
-)
-from ._shapes import (
-    OutcomeName as OutcomeName,
-)
-from ._shapes import (
-    PoolFigures as PoolFigures,
-)
-from ._shapes import (
-    Recalibration as Recalibration,
-)
-from ._shapes import (
-    SiteSnapshot as SiteSnapshot,
-)
-from ._shapes import (
-    SiteState as SiteState,
-)
-from ._shapes import (
-    Snapshot as Snapshot,
-)
-from ._shapes import (
-    StoreSnapshot as StoreSnapshot,
-)
-from ._shapes import (
-    Waits as Waits,
-)
+# The shape of snapshots, events and recalibrations (Snapshot, Event, Recalibration, the
+# TypedDicts and Literal aliases they are made of): one definition, in exitpool/_shapes.py,
+# re-exported here whole (its __all__).
+from ._shapes import *  # noqa: F403
 
 __all__ = [
     "__version__",

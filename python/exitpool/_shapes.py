@@ -11,6 +11,26 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional, TypedDict
 
+__all__ = [
+    "Counts",
+    "Event",
+    "ExitSnapshot",
+    "FleetExit",
+    "HalfOpen",
+    "HealthState",
+    "Latency",
+    "Matrix",
+    "OutcomeCounts",
+    "OutcomeName",
+    "PoolFigures",
+    "Recalibration",
+    "SiteSnapshot",
+    "SiteState",
+    "Snapshot",
+    "StoreSnapshot",
+    "Waits",
+]
+
 #: The outcome classes (the core's ``OUTCOMES``; ``_core._OUTCOMES`` at run time).
 OutcomeName = Literal["success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other"]
 
