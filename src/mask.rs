@@ -7,6 +7,15 @@ use crate::proxy_syntax::{host_port_user_pass, is_host_port, is_ip, scheme_end, 
 /// What httpx prints in place of a password; users already know it.
 pub const MASK: &str = "[secure]";
 
+/// `text` with every one of `secrets` in it replaced by [`MASK`], the longest first (a longer
+/// secret may hold a shorter one): for messages a library wrote around a known secret.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    secrets.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+    secrets.dedup();
+    secrets.iter().fold(text.to_owned(), |text, secret| text.replace(secret, MASK))
+}
+
 /// A user's text as an error message quotes it: masked, then quoted and escaped. Every error
 /// that echoes a string the user gave goes through here, whatever the string was meant to be:
 /// a proxy URL typed into the wrong place must not come back with its password.
@@ -87,6 +96,13 @@ pub fn mask_raw(raw: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrub_masks_every_secret_the_longest_first() {
+        let secrets = ["pw".to_owned(), String::new(), "pw-long".to_owned(), "pw".to_owned()];
+        assert_eq!(scrub("a pw-long and a pw", &secrets), "a [secure] and a [secure]");
+        assert_eq!(scrub("nothing here", &[]), "nothing here");
+    }
 
     #[test]
     fn masking_hides_passwords_of_every_shape() {

@@ -8,6 +8,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
 
+from . import _core
 from ._core import Exit, Lease
 from ._errors import InvalidInput
 
@@ -32,10 +33,7 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
     ``scheme``) says who cannot use it and what to do instead."""
     if exit.scheme not in _HTTP_SCHEMES:
         raise InvalidInput(refusal.format(exit_id=repr(exit.exit_id), scheme=exit.scheme))
-    host = exit.host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    url = f"{exit.scheme}://{host}:{exit.port}"
+    url = exit._proxy_without_credentials
     user, password = exit.username, exit.password
     if user is None and password is None:
         return url, None
@@ -43,12 +41,19 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
     return url, f"Basic {token}"
 
 
+def _site(host: Optional[str], port: Optional[int], default_port: bool) -> str:
+    """The site a request is for, as its Host header names it (health is scoped to it): the
+    host in lower case, an IPv6 one bracketed, and its port unless it is the scheme's own."""
+    host = (host or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return host if port is None or default_port else f"{host}:{port}"
+
+
 def _scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret in it replaced by ``[secure]``, the longest first (a longer
-    secret may hold a shorter one)."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "[secure]")
-    return text
+    """``text`` with every secret in it masked: the core's rule (``proxy::scrub``), which the
+    Redis store's messages follow too."""
+    return _core._scrub(text, list(secrets))
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:

@@ -1,7 +1,14 @@
 """Type stubs and documentation for exitpool's native core."""
 
+# ruff: noqa: F405 (the shape's names come from the star import of _shapes below)
+
 import os
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, Union, final
+
+# The shape of snapshots, events and recalibrations (Snapshot, Event, Recalibration, the
+# TypedDicts and Literal aliases they are made of): one definition, in exitpool/_shapes.py,
+# re-exported here whole (its __all__).
+from ._shapes import *  # noqa: F403
 
 __all__ = [
     "__version__",
@@ -9,12 +16,18 @@ __all__ = [
     "MAX_REPLICAS",
     "MAX_RING_POINTS",
     "BLOCK_STATUSES",
+    "_MASK",
+    "_STATES",
+    "_EJECTED",
+    "_IN_SERVICE",
+    "_OUTCOMES",
     "Exit",
     "Ring",
     "Pool",
     "Lease",
     "ManualClock",
     "_parse_exits",
+    "_scrub",
     "_mask_raw",
     "_position",
     "_check_ring_size",
@@ -47,6 +60,17 @@ MAX_REPLICAS: int
 #: more raises :class:`InvalidInput` naming exits, capacity total, replicas and this limit, and
 #: changes nothing.
 MAX_RING_POINTS: int
+
+#: What a masked password reads as (httpx's ``[secure]``): the core's one spelling.
+_MASK: str
+#: The health states, best first.
+_STATES: Tuple[HealthState, HealthState, HealthState, HealthState, HealthState]
+#: The states in which health has taken an exit out of service.
+_EJECTED: FrozenSet[HealthState]
+#: The states of an exit in full service (neither out nor back only on trial).
+_IN_SERVICE: FrozenSet[HealthState]
+#: The outcome classes, in the order the core reports them.
+_OUTCOMES: Tuple[OutcomeName, ...]
 
 Strategy = Literal["round_robin", "weighted", "least_conn", "lru", "p2c"]
 
@@ -86,6 +110,9 @@ class Exit:
     @property
     def masked_proxy(self) -> str:
         """The URL with the password replaced by ``[secure]``."""
+    @property
+    def _proxy_without_credentials(self) -> str:
+        """The URL with no credentials, for clients that send them in a header instead."""
     @property
     def ip(self) -> Optional[str]: ...
     @property
@@ -199,155 +226,6 @@ class Lease:
     async def __aenter__(self) -> Lease: ...
     async def __aexit__(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> bool: ...
 
-class OutcomeCounts(TypedDict):
-    success: int
-    captcha: int
-    block: int
-    rate_limited: int
-    target_error: int
-    timeout: int
-    connect: int
-    other: int
-
-class Latency(TypedDict):
-    """Quantiles in seconds from a log-linear histogram: within 9.051% of the true value
-    between 1 ms and 64 s; ``None`` before the first reported latency."""
-
-    p50: Optional[float]
-    p95: Optional[float]
-    p99: Optional[float]
-    count: int
-
-HealthState = Literal["healthy", "degraded", "probing", "quarantined", "dead"]
-#: A state for one site: a health state, or ``"cooling"`` while a 429 rests the exit there.
-SiteState = Literal["healthy", "degraded", "probing", "quarantined", "dead", "cooling"]
-
-class ExitSnapshot(TypedDict):
-    exit_id: str
-    proxy: str
-    """Masked: the password is ``[secure]``."""
-    ip: Optional[str]
-    capacity: int
-    tags: Dict[str, str]
-    state: HealthState
-    """The tunnel's state, which holds for every site."""
-    state_since: float
-    time_in_state: float
-    quarantines: int
-    quarantined_seconds: float
-    benched: bool
-    active_leases: int
-    sessions: int
-    leases: int
-    outcomes: OutcomeCounts
-    success_rate: Optional[float]
-    """Over the last 64 reports; a 5xx or 429 is not a success."""
-    captcha_rate: Optional[float]
-    latency: Latency
-    weight: float
-    """The share of its capacity the exit gets now (health x adaptive weight)."""
-
-class SiteSnapshot(TypedDict):
-    site: str
-    incident: bool
-    outcomes: OutcomeCounts
-
-class Matrix(TypedDict):
-    """The exit x site matrix: ``cells[i][j]`` is exit ``exits[i]`` on site ``sites[j]``, a list
-    in ``columns`` order (state, reports, success_rate, captcha_rate, p50, p95, p99,
-    quarantines) or ``None`` where the exit has not served the site. A cell's state is a
-    :data:`SiteState`: ``"cooling"`` while a 429 rests the exit for that site."""
-
-    exits: List[str]
-    sites: List[str]
-    columns: List[str]
-    cells: List[List[Optional[List[Any]]]]
-
-class HalfOpen(TypedDict):
-    trials: int
-    """Trial leases handed to half-open (probing) exits."""
-    succeeded: int
-    """Trial leases that came back a success."""
-    success_rate: Optional[float]
-
-class Waits(TypedDict):
-    p50: float
-    p99: float
-
-class PoolFigures(TypedDict):
-    exits: int
-    in_service: int
-    benched: int
-    states: Dict[str, int]
-    throughput: float
-    """Leases per second over the last one to two minutes."""
-    gini: float
-    """Of leases over the exits in service: 0 is perfectly even."""
-    ejected_fraction: float
-    half_open: HalfOpen
-    wait: Waits
-    """Seconds waited for an exit, leases that went at once counting as 0."""
-    incidents: List[str]
-    global_incident: bool
-    sessions: int
-    live_leases: int
-
-class Counts(TypedDict):
-    acquired: int
-    released: int
-    expired: int
-    ignored_releases: int
-    waits: int
-    outcomes: OutcomeCounts
-
-class FleetExit(TypedDict):
-    active: int
-    """Leases live now in every process."""
-    leases: int
-    outcomes: OutcomeCounts
-
-class StoreSnapshot(TypedDict):
-    url: str
-    """Credentials shown as ``[secure]``."""
-    online: bool
-    """False while the store does not answer (the pool serves from its own state)."""
-    exits: Dict[str, FleetExit]
-    """Fleet-wide figures by exit id (empty while the store does not answer)."""
-
-class Snapshot(TypedDict):
-    version: int
-    time: float
-    pool: PoolFigures
-    counts: Counts
-    exits: List[ExitSnapshot]
-    sites: List[SiteSnapshot]
-    matrix: Matrix
-    sessions: int
-    live_leases: int
-    store: Optional[StoreSnapshot]
-    """None for a pool of its own."""
-
-class Event(TypedDict):
-    seq: int
-    time: float
-    kind: str
-    """state_changed, ejection_refused, site_incident_opened, site_incident_closed,
-    global_incident_opened, global_incident_closed, session_lost, lease_expired, warming_up,
-    benched, unbenched, recalibrated, exit_drifted, probe_failed, store_unavailable,
-    store_rejoined"""
-    exit_id: Optional[str]
-    site: Optional[str]
-    from_: Optional[str]
-    to: Optional[str]
-    message: str
-
-class Recalibration(TypedDict):
-    exit_id: str
-    old: int
-    new: int
-    served: int
-    safe: int
-
 @final
 class Pool:
     """A thread-safe pool of exits: ``with pool.lease("account-3f9") as exit:``.
@@ -457,9 +335,8 @@ class Pool:
         without one), unless it is quarantined or dead."""
     def revive(self, exit_id: str) -> None:
         """Back in service (healthy) everywhere, whatever its state."""
-    def events(self, since: Optional[int] = None) -> List[Dict[str, Any]]:
-        """The buffered events (the last 1,000) with ``seq >= since``, oldest first; each has
-        the keys of :class:`Event` (``from`` rather than ``from_``)."""
+    def events(self, since: Optional[int] = None) -> List[Event]:
+        """The buffered events (the last 1,000) with ``seq >= since``, oldest first."""
     def on_event(self, callback: Callable[[Dict[str, Any]], Any]) -> Callable[[Dict[str, Any]], Any]:
         """Call ``callback(event)`` for every event from now on; returns it (a decorator)."""
     def probe_due(self, idle: float = 30.0) -> List[Exit]:
@@ -475,6 +352,9 @@ class Pool:
 
 def _parse_exits(lines: List[str]) -> List[Exit]: ...
 def _mask_raw(raw: str) -> str: ...
+def _scrub(text: str, secrets: List[str]) -> str:
+    """``text`` with every secret in it replaced by ``_MASK``, the longest first."""
+
 def _position(s: str) -> int: ...
 def _flush_stores() -> None: ...
 def _before_fork() -> None: ...

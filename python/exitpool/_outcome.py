@@ -1,52 +1,72 @@
-"""Classifying the exception that ended a lease block, for the pool's health.
+"""Classifying the exception that ended a request, for the pool's health: the one table.
 
-Only modules the program has already imported are looked at, so classifying never imports
-requests, httpx or aiohttp on its own."""
+The lease (an exception leaving a ``with pool.lease()`` block), the Scrapy middleware (a
+download error) and the probes all classify with :func:`_classify`. Only modules the program
+has already imported are looked at, so classifying never imports requests, httpx, aiohttp or
+Twisted on its own."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import sys
 from typing import Tuple, Type
 
-# (module, attribute, class) checked in order: timeouts first, because several libraries make
-# their connect timeouts subclasses of their connection errors.
-_TIMEOUTS = (
-    ("requests.exceptions", "Timeout"),
-    ("httpx", "TimeoutException"),
-    ("aiohttp", "ServerTimeoutError"),
-    ("urllib3.exceptions", "TimeoutError"),
-)
-_CONNECT = (
-    ("requests.exceptions", "ConnectionError"),
-    ("requests.exceptions", "ProxyError"),
-    ("httpx", "ProxyError"),
-    ("httpx", "NetworkError"),
-    ("httpx", "RemoteProtocolError"),
-    ("aiohttp", "ClientProxyConnectionError"),
-    ("aiohttp", "ClientConnectionError"),
-    ("aiohttp", "ClientHttpProxyError"),
-    ("urllib3.exceptions", "ProxyError"),
-    ("urllib3.exceptions", "NewConnectionError"),
-    ("urllib3.exceptions", "ProtocolError"),
+# (module, class, kind), checked in order. The kinds are the core's error names ('proxy' is
+# counted as 'connect', and tells a proxy's refusal apart where a caller shows it). Timeouts
+# come first, because several libraries make their connect timeouts subclasses of their
+# connection errors (Twisted's TCPTimedOutError is also a ConnectError). Recent Scrapy wraps
+# Twisted's errors in its own classes; older versions raise Twisted's.
+_KINDS: Tuple[Tuple[str, str, str], ...] = (
+    ("builtins", "TimeoutError", "timeout"),
+    ("socket", "timeout", "timeout"),
+    ("asyncio", "TimeoutError", "timeout"),
+    ("requests.exceptions", "Timeout", "timeout"),
+    ("httpx", "TimeoutException", "timeout"),
+    ("aiohttp", "ServerTimeoutError", "timeout"),
+    ("urllib3.exceptions", "TimeoutError", "timeout"),
+    ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
+    ("twisted.internet.error", "TimeoutError", "timeout"),
+    ("twisted.internet.error", "TCPTimedOutError", "timeout"),
+    # A request Scrapy dropped or cancelled says nothing about the exit.
+    ("scrapy.exceptions", "IgnoreRequest", "other"),
+    ("scrapy.exceptions", "DownloadCancelledError", "other"),
+    # The proxy refused the tunnel (aiohttp's is also a ClientResponseError).
+    ("aiohttp", "ClientHttpProxyError", "proxy"),
+    ("scrapy.core.downloader.handlers.http11", "TunnelError", "proxy"),
+    ("builtins", "ConnectionError", "connect"),
+    ("socket", "gaierror", "connect"),
+    ("requests.exceptions", "ConnectionError", "connect"),
+    ("requests.exceptions", "ProxyError", "connect"),
+    ("httpx", "ProxyError", "connect"),
+    ("httpx", "NetworkError", "connect"),
+    ("httpx", "RemoteProtocolError", "connect"),
+    ("aiohttp", "ClientProxyConnectionError", "connect"),
+    ("aiohttp", "ClientConnectionError", "connect"),
+    ("urllib3.exceptions", "ProxyError", "connect"),
+    ("urllib3.exceptions", "NewConnectionError", "connect"),
+    ("urllib3.exceptions", "ProtocolError", "connect"),
+    ("scrapy.exceptions", "DownloadConnectionRefusedError", "connect"),
+    ("scrapy.exceptions", "CannotResolveHostError", "connect"),
+    ("scrapy.exceptions", "DownloadFailedError", "connect"),
+    ("scrapy.exceptions", "ResponseDataLossError", "connect"),
+    ("twisted.internet.error", "ConnectError", "connect"),
+    ("twisted.internet.error", "ConnectionLost", "connect"),
+    ("twisted.internet.error", "ConnectionDone", "connect"),
+    ("twisted.web._newclient", "ResponseNeverReceived", "connect"),
+    ("twisted.web._newclient", "ResponseFailed", "connect"),
+    ("twisted.web._newclient", "RequestTransmissionFailed", "connect"),
 )
 
 
-def _loaded(names: Tuple[Tuple[str, str], ...]) -> Tuple[Type[BaseException], ...]:
-    found = []
-    for module, attr in names:
-        mod = sys.modules.get(module)
-        cls = getattr(mod, attr, None) if mod is not None else None
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            found.append(cls)
-    return tuple(found)
+def _loaded(module: str, name: str) -> Tuple[Type[BaseException], ...]:
+    """The exception class ``module.name`` if that module is imported, else nothing."""
+    mod = sys.modules.get(module)
+    cls = getattr(mod, name, None) if mod is not None else None
+    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
 
 
 def _classify(exc: BaseException) -> str:
-    """'timeout', 'connect' or 'other' for an exception raised inside a lease block."""
-    if isinstance(exc, (TimeoutError, socket.timeout, asyncio.TimeoutError) + _loaded(_TIMEOUTS)):
-        return "timeout"
-    if isinstance(exc, (ConnectionError, socket.gaierror) + _loaded(_CONNECT)):
-        return "connect"
+    """'timeout', 'proxy', 'connect' or 'other' for an exception that ended a request."""
+    for module, name, kind in _KINDS:
+        if isinstance(exc, _loaded(module, name)):
+            return kind
     return "other"

@@ -1,24 +1,24 @@
 """The health states an exit can be in, and which of them take it out of service.
 
-The core names the states (``src/health/mod.rs``); this is the one Python place that spells them,
-so the logger, the metrics, the Scrapy middleware, the report and the demo cannot drift apart.
+The core names the states and decides which ones eject (``src/health/mod.rs``); this module reads
+both from it, so the logger, the metrics, the Scrapy middleware, the report and the demo use
+the core's own spelling and cannot drift from it.
 """
 
 from __future__ import annotations
 
 from typing import Any, Tuple
 
-HEALTHY = "healthy"
-DEGRADED = "degraded"
-PROBING = "probing"
-QUARANTINED = "quarantined"
-DEAD = "dead"
+from ._core import _EJECTED, _IN_SERVICE, _STATES
 
 #: Health states, best first: the order the core reports them in.
-STATES: Tuple[str, ...] = (HEALTHY, DEGRADED, PROBING, QUARANTINED, DEAD)
+STATES: Tuple[str, ...] = _STATES
+HEALTHY, DEGRADED, PROBING, QUARANTINED, DEAD = STATES
 
-#: The states in which health has ejected an exit (taken it out of rotation).
-_EJECTED = frozenset({QUARANTINED, DEAD})
+
+def _in_service(state: Any) -> bool:
+    """Whether ``state`` is one of an exit in full service: neither out nor on trial."""
+    return state in _IN_SERVICE
 
 
 def _ejected(state: Any) -> bool:

@@ -32,7 +32,8 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from exitpool._clients import _exit_of, _proxy_parts, _retry_after_kwargs
-from exitpool._core import Exit, Lease, Pool
+from exitpool._clients import _site as _site_of
+from exitpool._core import _MASK, Exit, Lease, Pool
 from exitpool._errors import InvalidInput
 
 __all__ = ["ExitSession", "report", "request_kwargs"]
@@ -109,9 +110,6 @@ def report(
         kwargs["latency"] = latency
     kwargs.update(_retry_after_kwargs(response.status, response.headers))
     lease.report(**kwargs)
-
-
-_MASK = "[secure]"
 
 
 def _masked_info(info: Any) -> Any:
@@ -211,12 +209,7 @@ def _report_error(lease: Lease, exc: aiohttp.ClientResponseError, latency: float
 
 
 def _site(url: URL) -> str:
-    host = (url.host or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    if url.port is not None and not url.is_default_port():
-        return f"{host}:{url.port}"
-    return host
+    return _site_of(url.host, url.port, url.is_default_port())
 
 
 class _LeasedRequest:

@@ -43,7 +43,8 @@ from ._clients import _HTTP_SCHEMES as _SCHEMES
 from ._clients import _proxy_parts, _scrub
 from ._core import Exit
 from ._errors import InvalidInput, UnknownExit
-from ._states import DEGRADED, HEALTHY
+from ._outcome import _classify as _classify_request
+from ._states import _in_service
 
 __all__ = ["EndpointResult", "ProbeLoop", "ProbeResult", "ProbeRound", "probe"]
 
@@ -133,15 +134,13 @@ def _describe(exc: BaseException, exit: Exit, auth: Optional[str]) -> str:
 
 
 def _classify(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError):  # includes aiohttp's ServerTimeoutError
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientHttpProxyError):  # the proxy refused the tunnel
-        return "proxy"
-    if isinstance(exc, (aiohttp.ClientConnectionError, ConnectionError)):
-        return "connect"
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+    """The pool's class of a failed request (the one table, ``_outcome``), and the probe's own
+    ``bad_body``: an endpoint that answered but whose body could not be read is no transport
+    failure a lease would report, but it fails the probe and the result says why."""
+    kind = _classify_request(exc)
+    if kind == "other" and isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
         return "bad_body"
-    return "other"
+    return kind
 
 
 def _parse_ip(body: bytes) -> Optional[str]:
@@ -535,7 +534,7 @@ class ProbeLoop:
 
     def _serving(self, exit_id: str) -> bool:
         try:
-            return self.pool.state(exit_id) in (HEALTHY, DEGRADED)
+            return _in_service(self.pool.state(exit_id))
         except UnknownExit:
             return False
 

@@ -31,7 +31,7 @@ exposition endpoint has no business publishing.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Dict, Iterator, List, Literal, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -39,18 +39,15 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
     raise ImportError("exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'") from e
 
-from ._core import Pool, __version__
+from ._core import _OUTCOMES, Pool, __version__
+from ._shapes import Snapshot
 from ._states import STATES
-
-if TYPE_CHECKING:  # the snapshot's TypedDicts exist in the stub only, not in the native module
-    from ._core import Snapshot
 
 __all__ = ["PoolCollector"]
 
-# The order the core reports outcome classes and health states in. The keys are Literal types
-# so that mypy checks them against the snapshot's TypedDicts.
-_Outcome = Literal["success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other"]
-OUTCOMES: Tuple[_Outcome, ...] = ("success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other")
+# The outcome classes, in the order the core reports them: the core's own tuple, typed (in the
+# stub) as Literals so that mypy checks them against the snapshot's TypedDicts.
+OUTCOMES = _OUTCOMES
 # Per-exit latency quantiles: the snapshot key and the `quantile` label value.
 LATENCY_QUANTILES: Tuple[Tuple[Literal["p50", "p95", "p99"], str], ...] = (("p50", "0.5"), ("p95", "0.95"), ("p99", "0.99"))
 WAIT_QUANTILES: Tuple[Tuple[Literal["p50", "p99"], str], ...] = (("p50", "0.5"), ("p99", "0.99"))

@@ -27,7 +27,6 @@ import itertools
 import logging
 import math
 import re
-import sys
 import time
 import traceback
 from typing import Any, Dict, Iterable, List, Optional
@@ -40,8 +39,10 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
 
 from . import Pool, load_exits
+from ._clients import _HTTP_SCHEMES as _SCHEMES
 from ._clients import _retry_after as _header_retry_after
 from ._clients import _scrub
+from ._clients import _site as _site_of
 from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify
@@ -68,58 +69,17 @@ CLOSE_REASON = "exitpool_no_exits"
 
 # The core's list (403, 407, 451 and 999): one definition of a block for every integration.
 _BLOCK_STATUSES = BLOCK_STATUSES
-_SCHEMES = ("http", "https")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-# Download errors as the pool's health sees them: (module, class, kind), checked in order.
-# Timeouts come first: Twisted's TCPTimedOutError is also a ConnectError. Recent Scrapy wraps
-# Twisted's errors in its own classes; older versions raise Twisted's. Only modules already
-# imported are looked at.
-_ERROR_KINDS = (
-    ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
-    ("twisted.internet.error", "TimeoutError", "timeout"),
-    ("twisted.internet.error", "TCPTimedOutError", "timeout"),
-    ("scrapy.exceptions", "IgnoreRequest", "other"),
-    ("scrapy.exceptions", "DownloadCancelledError", "other"),
-    ("scrapy.core.downloader.handlers.http11", "TunnelError", "proxy"),
-    ("scrapy.exceptions", "DownloadConnectionRefusedError", "connect"),
-    ("scrapy.exceptions", "CannotResolveHostError", "connect"),
-    ("scrapy.exceptions", "DownloadFailedError", "connect"),
-    ("scrapy.exceptions", "ResponseDataLossError", "connect"),
-    ("twisted.internet.error", "ConnectError", "connect"),
-    ("twisted.internet.error", "ConnectionLost", "connect"),
-    ("twisted.internet.error", "ConnectionDone", "connect"),
-    ("twisted.web._newclient", "ResponseNeverReceived", "connect"),
-    ("twisted.web._newclient", "ResponseFailed", "connect"),
-    ("twisted.web._newclient", "RequestTransmissionFailed", "connect"),
-)
-
-
-def _error_kind(exc: BaseException) -> str:
-    """'timeout', 'connect', 'proxy' or 'other': the pool's error classes for a download
-    error, Twisted's and Scrapy's included (the core's own classifier knows the standard
-    library, requests, httpx and aiohttp, not Twisted)."""
-    for module, name, kind in _ERROR_KINDS:
-        mod = sys.modules.get(module)
-        cls = getattr(mod, name, None) if mod is not None else None
-        if isinstance(cls, type) and isinstance(exc, cls):
-            return kind
-    return _classify(exc)
 
 
 def _site(request: Request) -> str:
     """The request's host as its Host header names it: the pool scopes health to it."""
     parsed = urlparse_cached(request)
-    host = (parsed.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
     try:
         port = parsed.port
     except ValueError:
         port = None
-    if port is not None and port != _DEFAULT_PORTS.get(parsed.scheme):
-        return f"{host}:{port}"
-    return host
+    return _site_of(parsed.hostname, port, port == _DEFAULT_PORTS.get(parsed.scheme))
 
 
 def _retry_after(response: Response) -> Optional[float]:
@@ -172,7 +132,7 @@ class BanPolicy:
     def exception_is_ban(self, request: Request, exception: BaseException) -> Optional[bool]:
         # A refused, broken or timed-out tunnel is the exit's fault; anything else says
         # nothing about it.
-        return True if _error_kind(exception) in ("timeout", "connect", "proxy") else None
+        return True if _classify(exception) in ("timeout", "connect", "proxy") else None
 
 
 class ExitPoolMiddleware:
@@ -284,7 +244,7 @@ class ExitPoolMiddleware:
         avoid = list(state.get("avoid", ()))
         lease = await self._lease(request, key, _site(request), avoid)
         exit = lease.exit
-        proxy = f"{exit.scheme}://{exit.host}:{exit.port}"
+        proxy = exit._proxy_without_credentials
         token = next(self._tokens)
         self._leases[token] = lease
         auth = self._auth_header(exit)
@@ -364,7 +324,7 @@ class ExitPoolMiddleware:
         lease = self._take(request)
         if lease is None:
             return None
-        kind = _error_kind(exception)
+        kind = _classify(exception)
         outcome: Dict[str, Any] = {"error": "other"}
         verdict: Optional[bool] = None
         try:

@@ -148,6 +148,11 @@ impl PyExit {
     fn masked_proxy(&self) -> &str {
         self.inner.proxy.masked()
     }
+    /// The URL without credentials, for clients that send them in a header instead.
+    #[getter(_proxy_without_credentials)]
+    fn proxy_without_credentials(&self) -> String {
+        self.inner.proxy.without_credentials()
+    }
     #[getter]
     fn ip(&self) -> Option<String> {
         self.inner.ip.map(|ip| ip.to_string())

@@ -5,6 +5,7 @@ mod errors;
 mod exit;
 mod pool;
 mod ring;
+mod rules;
 mod text;
 
 use pyo3::prelude::*;
@@ -15,6 +16,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEFAULT_REPLICAS", crate::ring::DEFAULT_REPLICAS)?;
     // The statuses that count as blocks: integrations classify with the core's own list.
     m.add("BLOCK_STATUSES", pyo3::types::PyFrozenSet::new(m.py(), crate::outcome::BLOCK_STATUSES)?)?;
+    rules::register(m)?;
     m.add_class::<exit::PyExit>()?;
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;

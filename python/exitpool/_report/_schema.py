@@ -1,8 +1,8 @@
 """Reading a snapshot (``pool.snapshot()`` written as JSON) and checking it has the shape the
 report reads, with an error that says what is wrong; also the health states a snapshot names.
 
-Its own module because every other part of the report starts from a checked snapshot, and
-the shape the report relies on is stated here once.
+Its own module because every other part of the report starts from a checked snapshot. The
+shape itself is ``exitpool._shapes``; this module says which parts of it the report needs.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import IO, Any, Dict, Optional, Union
+from typing import IO, Any, Dict, Optional, Union, get_args, get_origin, get_type_hints, is_typeddict
 
+from .._shapes import ExitSnapshot, Matrix, Snapshot
 from .._states import STATES as _BEST_FIRST
 
 #: Health states, worst first: the order of the exits table.
@@ -64,6 +65,32 @@ def _num(x: Any) -> Optional[float]:
     return None
 
 
+# The parts of a snapshot the report cannot do without; everything else it reads with a
+# default, so that a trimmed or older snapshot still renders. Their types are the snapshot's
+# own (exitpool._shapes, which the stub re-exports and tests/test_shapes.py checks against the
+# core): this module states only which parts it needs.
+_NEEDS = ("pool", "exits", "matrix")
+_SNAPSHOT = get_type_hints(Snapshot)
+_EXIT = get_type_hints(ExitSnapshot)
+_MATRIX = get_type_hints(Matrix)
+
+
+def _container(tp: Any) -> type:
+    """The JSON container (dict or list) a snapshot type is read from, else the type itself."""
+    return dict if is_typeddict(tp) else get_origin(tp) or tp
+
+
+def _items(tp: Any) -> type:
+    """What a list type holds, as a JSON value (an object for a TypedDict)."""
+    return _container(get_args(tp)[0])
+
+
+def _name(kind: type) -> str:
+    """A JSON container's name in a message."""
+    names: Dict[type, str] = {dict: "object", list: "list"}
+    return names.get(kind, kind.__name__)
+
+
 def check(snapshot: Any) -> Dict[str, Any]:
     """Return ``snapshot`` if it has the shape the report reads, else raise
     :class:`SnapshotError` saying what is wrong."""
@@ -73,18 +100,19 @@ def check(snapshot: Any) -> Dict[str, Any]:
             raise SnapshotError(f"not a pool snapshot ({what})")
 
     need(isinstance(snapshot, dict), f"a JSON {type(snapshot).__name__}, expected an object")
-    for key in ("pool", "exits", "matrix"):
+    for key in _NEEDS:
         need(key in snapshot, f"no {key!r}")
-    pool, exits, m = snapshot["pool"], snapshot["exits"], snapshot["matrix"]
-    need(isinstance(pool, dict), "'pool' is not an object")
-    need(isinstance(exits, list), "'exits' is not a list")
-    for i, e in enumerate(exits):
-        need(isinstance(e, dict) and isinstance(e.get("exit_id"), str), f"exits[{i}] has no exit_id")
-    need(isinstance(m, dict), "'matrix' is not an object")
-    for key in ("exits", "sites", "columns", "cells"):
-        need(isinstance(m.get(key), list), f"matrix has no {key!r} list")
-    need(all(isinstance(x, str) for x in m["exits"]), "matrix exits are not strings")
-    need(all(isinstance(x, str) for x in m["sites"]), "matrix sites are not strings")
+    for key in _NEEDS:
+        kind = _container(_SNAPSHOT[key])
+        need(isinstance(snapshot[key], kind), f"{key!r} is not {'an' if kind is dict else 'a'} {_name(kind)}")
+    for i, e in enumerate(snapshot["exits"]):
+        need(isinstance(e, _items(_SNAPSHOT["exits"])), f"exits[{i}] is not an object")
+        need(isinstance(e.get("exit_id"), _EXIT["exit_id"]), f"exits[{i}] has no exit_id")
+    m = snapshot["matrix"]
+    for key, tp in _MATRIX.items():
+        need(isinstance(m.get(key), _container(tp)), f"matrix has no {key!r} {_name(_container(tp))}")
+        if _items(tp) is str:
+            need(all(isinstance(x, str) for x in m[key]), f"matrix {key} are not strings")
     need("success_rate" in m["columns"], "matrix columns have no 'success_rate'")
     need(len(m["cells"]) == len(m["exits"]), "matrix has not one row of cells per exit")
     width = len(m["columns"])
@@ -93,5 +121,6 @@ def check(snapshot: Any) -> Dict[str, Any]:
         for cell in row:
             need(cell is None or (isinstance(cell, list) and len(cell) == width), f"a cell of matrix row {i} is malformed")
     sites = snapshot.get("sites", [])
-    need(isinstance(sites, list) and all(isinstance(s, dict) for s in sites), "'sites' is not a list of objects")
+    kind = _items(_SNAPSHOT["sites"])
+    need(isinstance(sites, list) and all(isinstance(s, kind) for s in sites), f"'sites' is not a list of {_name(kind)}s")
     return snapshot

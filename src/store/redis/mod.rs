@@ -45,8 +45,9 @@ use handbacks::{HandBack, HandBackQueue, LIVE, MAX_PENDING};
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
 use crate::fork::{Condvar, Mutex};
-use crate::mask::{mask_raw, MASK};
+use crate::mask::{mask_raw, scrub, MASK};
 use crate::outcome::{Outcome, OUTCOMES};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -133,7 +134,8 @@ impl RedisStore {
                 .collect();
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
-        let shown = shown.to_string().replace("%5Bsecure%5D", MASK);
+        // The URL writer percent-encodes the mask's brackets; they are shown as typed.
+        let shown = shown.to_string().replace(&utf8_percent_encode(MASK, NON_ALPHANUMERIC).to_string(), MASK);
         let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
         // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
         // hold a write behind an unacknowledged one.
@@ -353,14 +355,6 @@ fn turned_away(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
         || e.to_string().contains("refused to switch database")
-}
-
-fn scrub(text: &str, secrets: &[String]) -> String {
-    let mut s = text.to_owned();
-    for secret in secrets.iter().filter(|x| !x.is_empty()) {
-        s = s.replace(secret.as_str(), "***");
-    }
-    s
 }
 
 fn ms(seconds: f64) -> i64 {

@@ -1,0 +1,206 @@
+"""The shape of what ``Pool.snapshot()``, ``Pool.events()`` and ``Pool.recalibrate()`` return:
+the one Python definition of it.
+
+The stub (``_core.pyi``) re-exports these for type checkers; the report's ``check()`` reads
+them at run time; ``tests/test_shapes.py`` checks them key for key against what the core
+really returns, so neither side can gain or lose a key unnoticed. Plain typing, no import of
+the native module.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional, TypedDict
+
+__all__ = [
+    "Counts",
+    "Event",
+    "ExitSnapshot",
+    "FleetExit",
+    "HalfOpen",
+    "HealthState",
+    "Latency",
+    "Matrix",
+    "OutcomeCounts",
+    "OutcomeName",
+    "PoolFigures",
+    "Recalibration",
+    "SiteSnapshot",
+    "SiteState",
+    "Snapshot",
+    "StoreSnapshot",
+    "Waits",
+]
+
+#: The outcome classes (the core's ``OUTCOMES``; ``_core._OUTCOMES`` at run time).
+OutcomeName = Literal["success", "captcha", "block", "rate_limited", "target_error", "timeout", "connect", "other"]
+
+
+class OutcomeCounts(TypedDict):
+    success: int
+    captcha: int
+    block: int
+    rate_limited: int
+    target_error: int
+    timeout: int
+    connect: int
+    other: int
+
+
+class Latency(TypedDict):
+    """Quantiles in seconds from a log-linear histogram: within 9.051% of the true value
+    between 1 ms and 64 s; ``None`` before the first reported latency."""
+
+    p50: Optional[float]
+    p95: Optional[float]
+    p99: Optional[float]
+    count: int
+
+
+#: The health states, best first (the core's ``State::ALL``; ``_core._STATES`` at run time).
+HealthState = Literal["healthy", "degraded", "probing", "quarantined", "dead"]
+#: A state for one site: a health state, or ``"cooling"`` while a 429 rests the exit there.
+SiteState = Literal["healthy", "degraded", "probing", "quarantined", "dead", "cooling"]
+
+
+class ExitSnapshot(TypedDict):
+    exit_id: str
+    proxy: str
+    """Masked: the password is ``[secure]``."""
+    ip: Optional[str]
+    capacity: int
+    tags: Dict[str, str]
+    state: HealthState
+    """The tunnel's state, which holds for every site."""
+    state_since: float
+    time_in_state: float
+    quarantines: int
+    quarantined_seconds: float
+    benched: bool
+    active_leases: int
+    sessions: int
+    leases: int
+    outcomes: OutcomeCounts
+    success_rate: Optional[float]
+    """Over the last 64 reports; a 5xx or 429 is not a success."""
+    captcha_rate: Optional[float]
+    latency: Latency
+    weight: float
+    """The share of its capacity the exit gets now (health x adaptive weight)."""
+
+
+class SiteSnapshot(TypedDict):
+    site: str
+    incident: bool
+    outcomes: OutcomeCounts
+
+
+class Matrix(TypedDict):
+    """The exit x site matrix: ``cells[i][j]`` is exit ``exits[i]`` on site ``sites[j]``, a list
+    in ``columns`` order (state, reports, success_rate, captcha_rate, p50, p95, p99,
+    quarantines) or ``None`` where the exit has not served the site. A cell's state is a
+    :data:`SiteState`: ``"cooling"`` while a 429 rests the exit for that site."""
+
+    exits: List[str]
+    sites: List[str]
+    columns: List[str]
+    cells: List[List[Optional[List[Any]]]]
+
+
+class HalfOpen(TypedDict):
+    trials: int
+    """Trial leases handed to half-open (probing) exits."""
+    succeeded: int
+    """Trial leases that came back a success."""
+    success_rate: Optional[float]
+
+
+class Waits(TypedDict):
+    p50: float
+    p99: float
+
+
+class PoolFigures(TypedDict):
+    exits: int
+    in_service: int
+    benched: int
+    states: Dict[str, int]
+    throughput: float
+    """Leases per second over the last one to two minutes."""
+    gini: float
+    """Of leases over the exits in service: 0 is perfectly even."""
+    ejected_fraction: float
+    half_open: HalfOpen
+    wait: Waits
+    """Seconds waited for an exit, leases that went at once counting as 0."""
+    incidents: List[str]
+    global_incident: bool
+    sessions: int
+    live_leases: int
+
+
+class Counts(TypedDict):
+    acquired: int
+    released: int
+    expired: int
+    ignored_releases: int
+    waits: int
+    outcomes: OutcomeCounts
+
+
+class FleetExit(TypedDict):
+    active: int
+    """Leases live now in every process."""
+    leases: int
+    outcomes: OutcomeCounts
+
+
+class StoreSnapshot(TypedDict):
+    url: str
+    """Credentials shown as ``[secure]``."""
+    online: bool
+    """False while the store does not answer (the pool serves from its own state)."""
+    exits: Dict[str, FleetExit]
+    """Fleet-wide figures by exit id (empty while the store does not answer)."""
+
+
+class Snapshot(TypedDict):
+    version: int
+    time: float
+    pool: PoolFigures
+    counts: Counts
+    exits: List[ExitSnapshot]
+    sites: List[SiteSnapshot]
+    matrix: Matrix
+    sessions: int
+    live_leases: int
+    store: Optional[StoreSnapshot]
+    """None for a pool of its own."""
+
+
+#: One item of ``Pool.events()`` (and of what ``Pool.on_event`` callbacks get). Written the
+#: functional way because one of its keys, ``from``, is a Python keyword.
+Event = TypedDict(
+    "Event",
+    {
+        "seq": int,
+        "time": float,
+        # state_changed, ejection_refused, site_incident_opened, site_incident_closed,
+        # global_incident_opened, global_incident_closed, session_lost, lease_expired,
+        # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
+        # store_unavailable, store_rejoined
+        "kind": str,
+        "exit_id": Optional[str],
+        "site": Optional[str],
+        "from": Optional[str],
+        "to": Optional[str],
+        "message": str,
+    },
+)
+
+
+class Recalibration(TypedDict):
+    exit_id: str
+    old: int
+    new: int
+    served: int
+    safe: int
