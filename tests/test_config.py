@@ -648,7 +648,7 @@ def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
 
 # --- the manual's key lists are exactly what the loader and the core accept ---
 
-CORE = Path(__file__).resolve().parent.parent / "src" / "py" / "pool.rs"
+CORE = Path(__file__).resolve().parent.parent / "src" / "py" / "config.rs"
 EXITS = [Exit("a", "http://gw.example:8000"), Exit("b", "http://gw.example:8001")]
 
 

@@ -1,6 +1,7 @@
 //! The Python bindings: convert, delegate, map errors. No logic lives here.
 
 mod clock;
+mod config;
 mod errors;
 mod exit;
 mod pool;
