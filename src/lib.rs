@@ -3,6 +3,7 @@
 //! Plain Rust with no knowledge of Python; `src/py/` wraps it behind the `python` feature.
 
 pub mod clock;
+pub mod config_file;
 pub mod error;
 pub mod events;
 pub mod exit;

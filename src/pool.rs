@@ -63,31 +63,31 @@ impl Default for Config {
 
 impl Config {
     pub fn validate(&self) -> Result<()> {
-        let positive = |name: &str, v: f64| {
+        let positive = |name: &'static str, v: f64| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(Error::BadInput(format!("{name} {v} must be a finite number of seconds > 0")))
+                Err(Error::setting(&[name], format!("{v} must be a finite number of seconds > 0")))
             }
         };
         positive("session_ttl", self.session_ttl)?;
         positive("lease_ttl", self.lease_ttl)?;
         if !(self.cooldown.is_finite() && self.cooldown >= 0.0) {
-            return Err(Error::BadInput(format!("cooldown {} must be a finite number of seconds >= 0", self.cooldown)));
+            return Err(Error::setting(&["cooldown"], format!("{} must be a finite number of seconds >= 0", self.cooldown)));
         }
         for (name, v) in [("session_ttl", self.session_ttl), ("lease_ttl", self.lease_ttl), ("cooldown", self.cooldown)] {
-            crate::clock::check_ceiling(name, v)?;
+            crate::clock::check_ceiling(&[name], v)?;
         }
         if self.max_leases == Some(0) {
-            return Err(Error::BadInput("max_leases 0 would let no lease through; use None for no limit".into()));
+            return Err(Error::setting(&["max_leases"], "0 would let no lease through; leave it out (None) for no limit"));
         }
         if let Some(c) = self.balance_factor {
             if !(c.is_finite() && c > 1.0) {
-                return Err(Error::BadInput(format!("balance_factor {c} must be a finite number > 1 (HAProxy suggests 1.25 to 2)")));
+                return Err(Error::setting(&["balance_factor"], format!("{c} must be a finite number > 1 (HAProxy suggests 1.25 to 2)")));
             }
         }
         if self.replicas == 0 {
-            return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
+            return Err(Error::setting(&["replicas"], "must be at least 1, got 0"));
         }
         self.health.validate()
     }
