@@ -1,13 +1,14 @@
 //! The configuration objects of `Pool(...)`: the `health=` and `warmup=` arguments as the
 //! core's `HealthConfig` and `WarmupConfig`.
 
-use super::errors::{invalid_input, IntoPyResult};
-use super::exit::extract_int;
+use super::errors::{invalid_at, invalid_input, IntoPyResult};
+use super::exit::{extract_int, PyExit};
 use super::text::any_text;
+use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
 use crate::health::HealthConfig;
 use crate::warmup::WarmupConfig;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
+use pyo3::types::{IntoPyDict, PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
 
 pub fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
     if !v.is_finite() || v < 0.0 {
@@ -63,7 +64,11 @@ pub fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult
                 invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default()))
             })
         };
-        let count = || -> PyResult<u32> { extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "").map(|n| n as u32) };
+        let count = || -> PyResult<u32> {
+            extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "")
+                .map(|n| n as u32)
+                .map_err(|e| super::errors::at_key(py, e, &["health", &k], &format!("health {k}")))
+        };
         match k.as_str() {
             "consecutive" => cfg.consecutive = number()?,
             "degrade_at" => cfg.degrade_at = number()?,
@@ -93,4 +98,119 @@ pub fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult
     }
     cfg.validate().py_err(py)?;
     Ok(cfg)
+}
+
+/// `Pool.from_config`'s file, parsed and type-checked by the core's `config_file`; Python
+/// keeps only what must be Python (reading `exits_file` with `load_exits`, calling `cls`).
+#[pyclass(name = "_ConfigFile", module = "exitpool._core", frozen)]
+pub struct PyConfigFile {
+    file: ConfigFile,
+    name: String,
+}
+
+/// `FILE:LINE: KEY: problem` as an InvalidInput with `.loc`, `.file` and `.line`.
+fn located(py: Python<'_>, name: &str, l: &Located) -> PyErr {
+    let where_ = match l.line {
+        Some(line) => format!("{name}:{line}"),
+        None => name.to_owned(),
+    };
+    let message =
+        if l.loc.is_empty() { format!("{where_}: {}", l.problem) } else { format!("{where_}: {}: {}", dotted(&l.loc), l.problem) };
+    invalid_at(py, message, loc_tuple(py, &l.loc), Some(name), l.line, &l.problem)
+}
+
+fn loc_tuple<'py>(py: Python<'py>, loc: &[Seg]) -> Option<Bound<'py, PyTuple>> {
+    let items: Vec<Bound<'py, PyAny>> = loc
+        .iter()
+        .map(|s| match s {
+            Seg::Key(k) => PyString::new(py, k).into_any(),
+            Seg::Index(i) => i.into_pyobject(py).map(|i| i.into_any()).unwrap_or_else(|e| match e {}),
+        })
+        .collect();
+    PyTuple::new(py, items).ok()
+}
+
+#[pymethods]
+impl PyConfigFile {
+    #[new]
+    fn new(py: Python<'_>, name: String, raw: &[u8]) -> PyResult<PyConfigFile> {
+        let text = std::str::from_utf8(raw).map_err(|e| {
+            let line = raw[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
+            let l = Located {
+                loc: Vec::new(),
+                line: Some(line),
+                problem: format!("not UTF-8 text (invalid byte at byte {})", e.valid_up_to()),
+            };
+            located(py, &name, &l)
+        })?;
+        let file = ConfigFile::parse(text).map_err(|l| located(py, &name, &l))?;
+        Ok(PyConfigFile { file, name })
+    }
+
+    /// The proxy list the file names, as written (relative to the file).
+    #[getter]
+    fn exits_file(&self) -> Option<String> {
+        self.file.settings.exits_file.clone()
+    }
+
+    /// The exits of `exits_file` (read by the caller) followed by the `[[exit]]` tables'.
+    fn exits(&self, py: Python<'_>, listed: Vec<PyRef<'_, PyExit>>) -> PyResult<Vec<PyExit>> {
+        let listed = listed.iter().map(|e| (*e.inner).clone()).collect();
+        let all = self.file.all_exits(listed).map_err(|l| located(py, &self.name, &l))?;
+        Ok(all.into_iter().map(PyExit::wrap).collect())
+    }
+
+    /// The keywords of `Pool(...)` the file wrote, as Python values.
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.file.settings;
+        let d = PyDict::new(py);
+        macro_rules! put {
+            ($($field:ident),*) => { $( if let Some(v) = &s.$field { d.set_item(stringify!($field), v)?; } )* };
+        }
+        put!(strategy, replicas, session_ttl, lease_ttl, max_leases, balance_factor, seed, cooldown, calibrate, store, namespace);
+        if let Some(w) = &s.warmup {
+            match w {
+                Warmup::Switch(b) => d.set_item("warmup", b)?,
+                Warmup::Ramp(r) => d.set_item("warmup", r)?,
+                Warmup::Table(t) => {
+                    let t = [("ramp", t.ramp), ("initial_interval", t.initial_interval), ("horizon", t.horizon)].into_py_dict(py)?;
+                    d.set_item("warmup", t)?
+                }
+            }
+        }
+        if let Some(h) = &s.health {
+            d.set_item("health", pythonize::pythonize(py, h).map_err(PyErr::from)?)?;
+        }
+        Ok(d)
+    }
+
+    /// An InvalidInput at `loc` of this file (`exits_file` when the list cannot be read).
+    fn error(&self, py: Python<'_>, loc: Vec<String>, problem: String) -> Py<PyAny> {
+        let l = self.file.at(loc.into_iter().map(Seg::Key).collect(), problem);
+        located(py, &self.name, &l).into_value(py).into_any()
+    }
+
+    /// A refusal of `Pool(...)` re-raised where it belongs: a keyword given in code is named as
+    /// that keyword; a key of the file with its line; anything else names the file.
+    fn blame(&self, py: Python<'_>, e: &Bound<'_, PyAny>, overrides: Vec<String>) -> PyResult<Py<PyAny>> {
+        let loc: Option<Vec<String>> = e.getattr("loc")?.extract()?;
+        let problem: Option<String> = e.getattr("_problem").ok().and_then(|p| p.extract().ok());
+        let also: Option<Vec<String>> = e.getattr("_also").ok().and_then(|p| p.extract().ok());
+        let (Some(loc), Some(problem)) = (loc, problem) else {
+            let l = Located { loc: Vec::new(), line: None, problem: e.str()?.to_string() };
+            return Ok(located(py, &self.name, &l).into_value(py).into_any());
+        };
+        let segs: Vec<Seg> = loc.iter().cloned().map(Seg::Key).collect();
+        if loc.first().is_some_and(|k| overrides.contains(k)) {
+            let message = format!("keyword argument {} (given in code, not read from {}): {problem}", dotted(&segs), self.name);
+            return Ok(invalid_at(py, message, loc_tuple(py, &segs), None, None, &problem).into_value(py).into_any());
+        }
+        let other: Vec<Seg> = also.unwrap_or_default().into_iter().map(Seg::Key).collect();
+        let l = if !self.file.wrote(&segs) && !other.is_empty() && self.file.wrote(&other) {
+            self.file.at(other, e.str()?.to_string())
+        } else {
+            self.file.at(segs, problem)
+        };
+        Ok(located(py, &self.name, &l).into_value(py).into_any())
+    }
 }

@@ -22,6 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
     m.add_class::<pool::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<config::PyConfigFile>()?;
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;

@@ -3,7 +3,7 @@
 
 use super::clock::PyManualClock;
 use super::config::{extract_health, extract_warmup, seconds};
-use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
+use super::errors::{at_key, full_message, invalid_input, refusal_to_py, IntoPyResult};
 use super::exit::{capacity_of, extract_int, Float, PyExit};
 use super::ring::extract_replicas;
 use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
@@ -129,11 +129,18 @@ impl PyPool {
         namespace: Option<&Bound<'_, PyString>>,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
-            Some(m) if !m.is_none() => Some(extract_int(py, m, "max_leases", 1..=u32::MAX.into(), " (None means no limit)")? as u32),
+            // 0 is refused by the core's rule; the bindings only convert.
+            Some(m) if !m.is_none() => Some(
+                extract_int(py, m, "max_leases", 0..=u32::MAX.into(), " (None means no limit)")
+                    .map_err(|e| at_key(py, e, &["max_leases"], "max_leases"))? as u32,
+            ),
             _ => None,
         };
         let seed = match seed {
-            Some(s) if !s.is_none() => Some(extract_int(py, s, "seed", 0..=u64::MAX.into(), " (None means a random seed)")? as u64),
+            Some(s) if !s.is_none() => Some(
+                extract_int(py, s, "seed", 0..=u64::MAX.into(), " (None means a random seed)")
+                    .map_err(|e| at_key(py, e, &["seed"], "seed"))? as u64,
+            ),
             _ => None,
         };
         let strategy = opt_text(strategy, "strategy")?.unwrap_or(Cow::Borrowed("weighted"));
