@@ -66,6 +66,81 @@ impl de::Error for Located {
     fn missing_field(field: &'static str) -> Self {
         <Located as de::Error>::custom(format_args!("needs {field}"))
     }
+
+    // serde's own wording would show a string as written: a proxy URL pasted into the wrong key
+    // would show its password. Every value a message shows goes through `unexpected`.
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        <Located as de::Error>::custom(format_args!("must be {exp}, got {}", unexpected(unexp)))
+    }
+
+    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        <Located as de::Error>::invalid_type(unexp, exp)
+    }
+}
+
+/// A value as a message shows it: strings masked, the rest in the file's words.
+fn unexpected(u: de::Unexpected<'_>) -> String {
+    match u {
+        de::Unexpected::Str(s) => format!("the string {}", shown(s)),
+        de::Unexpected::Char(c) => format!("the string {}", shown(&c.to_string())),
+        de::Unexpected::Map => "a table".into(),
+        de::Unexpected::Seq => "an array".into(),
+        de::Unexpected::Bytes(_) => "bytes".into(),
+        de::Unexpected::Bool(b) => b.to_string(),
+        de::Unexpected::Signed(n) => n.to_string(),
+        de::Unexpected::Unsigned(n) => n.to_string(),
+        de::Unexpected::Float(x) => x.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// What a visitor expects, in its own words (`a proxy URL string`).
+fn expected(v: &dyn de::Expected) -> String {
+    v.to_string()
+}
+
+/// A string setting whose wrong type is described by what the key holds, not "a string".
+struct Text(&'static str);
+
+impl Visitor<'_> for Text {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<String, E> {
+        Ok(s.to_owned())
+    }
+}
+
+fn proxy_url<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    d.deserialize_string(Text("a proxy URL string")).map(Some)
+}
+
+fn ip_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    d.deserialize_string(Text("an IP address string")).map(Some)
+}
+
+fn path_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    d.deserialize_string(Text("a path (relative to this file)")).map(Some)
+}
+
+/// `exit` is only ever `[[exit]]` tables: `exit = 5` or a bare `[exit.tags]` is told so.
+fn exit_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<ExitTable>>, D::Error> {
+    struct Tables;
+    impl<'de> Visitor<'de> for Tables {
+        type Value = Vec<ExitTable>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("[[exit]] tables")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<ExitTable>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(t) = seq.next_element()? {
+                out.push(t);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Tables).map(Some)
 }
 
 /// `health.window`, `exit[1].proxy`; a key that is no bare word is shown quoted and masked.
@@ -141,7 +216,9 @@ pub struct Settings {
     pub calibrate: Option<bool>,
     pub store: Option<String>,
     pub namespace: Option<String>,
+    #[serde(default, deserialize_with = "path_text")]
     pub exits_file: Option<String>,
+    #[serde(default, deserialize_with = "exit_tables")]
     pub exit: Option<Vec<ExitTable>>,
 }
 
@@ -151,7 +228,9 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct ExitTable {
     pub id: Option<String>,
+    #[serde(default, deserialize_with = "proxy_url")]
     pub proxy: Option<String>,
+    #[serde(default, deserialize_with = "ip_text")]
     pub ip: Option<String>,
     pub capacity: Option<i128>,
     pub tags: Option<BTreeMap<String, String>>,
@@ -171,7 +250,11 @@ impl ConfigFile {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let doc = DeTable::parse(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start));
-            Located { loc: Vec::new(), line, problem: format!("invalid TOML: {}", masked_words(e.message().trim())) }
+            let at = e.span().and_then(|s| text.get(s)).map(str::trim).filter(|t| !t.is_empty());
+            // The parser's message is its own words; what it stopped at is the user's text,
+            // shown masked as the core masks raw text (a duplicated `["http://u:pw@h:1"]`).
+            let at = at.map(|t| format!(": `{}`", crate::proxy::mask_raw(&truncated(t)))).unwrap_or_default();
+            Located { loc: Vec::new(), line, problem: format!("invalid TOML: {}{at}", masked_words(e.message().trim())) }
         })?;
         let mut lines = HashMap::new();
         collect_lines(text, doc.get_ref(), &mut Vec::new(), &mut lines);
@@ -285,6 +368,14 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// A parser's message may quote the text it stopped at: every word is masked.
 fn masked_words(m: &str) -> String {
     m.split(' ').map(crate::proxy::mask_raw).collect::<Vec<_>>().join(" ")
+}
+
+/// At most 80 characters of the user's text, for a message.
+fn truncated(t: &str) -> String {
+    match t.char_indices().nth(77) {
+        Some((i, _)) => format!("{}...", &t[..i]),
+        None => t.to_owned(),
+    }
 }
 
 fn collect_lines(text: &str, table: &DeTable<'_>, at: &mut Vec<Seg>, out: &mut HashMap<Vec<Seg>, usize>) {
@@ -418,7 +509,7 @@ impl<'de, 'a, 'i> de::Deserializer<'de> for Node<'a, 'i> {
     fn deserialize_string<V: Visitor<'de>>(self, v: V) -> Result<V::Value, Located> {
         match self.value.map(|x| x.get_ref()) {
             Some(DeValue::String(s)) => v.visit_str(s),
-            _ => Err(self.wrong("a string")),
+            _ => Err(self.wrong(&expected(&v))),
         }
     }
 
@@ -435,7 +526,7 @@ impl<'de, 'a, 'i> de::Deserializer<'de> for Node<'a, 'i> {
             Some(DeValue::Array(items)) if items.iter().all(|i| i.get_ref().is_table()) => {
                 v.visit_seq(Items { text: self.text, iter: items.iter().enumerate() })
             }
-            _ => Err(self.wrong("[[tables]]")),
+            _ => Err(self.wrong(&expected(&v))),
         }
     }
 
@@ -536,6 +627,28 @@ mod tests {
         assert_eq!((loc.as_str(), line), ("exit[1].proxy", Some(4)));
         assert!(problem.contains("[secure]") && !problem.contains("secret"), "{problem}");
         assert_eq!(err("strategy = \n").1, Some(1));
+    }
+
+    #[test]
+    fn every_value_a_message_shows_is_masked() {
+        // serde's own wrong-type message (the Warmup visitor) and the parser's duplicate key.
+        let (loc, _, problem) = err("warmup = \"http://user:secret@h:1\"\n");
+        assert_eq!(loc, "warmup");
+        assert_eq!(problem, "must be true, false, a ramp in seconds or a [warmup] table, got the string \"http://user:[secure]@h:1\"");
+        let (_, line, problem) = err("[\"socks5://user:secret@h:1\"]\n[\"socks5://user:secret@h:1\"]\n");
+        assert_eq!(line, Some(2));
+        assert!(
+            problem.starts_with("invalid TOML: duplicate key: `") && problem.contains("[secure]") && !problem.contains("secret"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_type_is_told_what_the_key_holds() {
+        assert_eq!(err("[[exit]]\nproxy = 8000\n").2, "must be a proxy URL string, got 8000");
+        assert_eq!(err("exits_file = [\"a\"]\n").2, "must be a path (relative to this file), got an array");
+        assert_eq!(err("exit = 5\n").2, "must be [[exit]] tables, got 5");
+        assert_eq!(err("[exit.tags]\na = \"b\"\n").2, "must be [[exit]] tables, got a table");
     }
 
     #[test]

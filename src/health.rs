@@ -53,7 +53,7 @@ impl State {
 }
 
 /// Deserialized from a `[health]` table or a `health=` dict; a key left out keeps its default.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
     /// Weighted consecutive failures that quarantine (Envoy's consecutive_5xx: 5).

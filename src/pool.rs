@@ -61,6 +61,15 @@ impl Default for Config {
     }
 }
 
+/// `max_leases` in `1..=u32::MAX` (0 would let no lease through); wide enough for any integer
+/// a caller or a config file can give, so that this is its only range check.
+pub fn check_max_leases(n: i128) -> Result<u32> {
+    match u32::try_from(n) {
+        Ok(m) if m >= 1 => Ok(m),
+        _ => Err(Error::setting(&["max_leases"], format!("{n} is outside 1..={} (leave it out for no limit)", u32::MAX))),
+    }
+}
+
 impl Config {
     pub fn validate(&self) -> Result<()> {
         let positive = |name: &'static str, v: f64| {
@@ -78,17 +87,15 @@ impl Config {
         for (name, v) in [("session_ttl", self.session_ttl), ("lease_ttl", self.lease_ttl), ("cooldown", self.cooldown)] {
             crate::clock::check_ceiling(&[name], v)?;
         }
-        if self.max_leases == Some(0) {
-            return Err(Error::setting(&["max_leases"], "0 would let no lease through; leave it out (None) for no limit"));
+        if let Some(m) = self.max_leases {
+            check_max_leases(m.into())?;
         }
         if let Some(c) = self.balance_factor {
             if !(c.is_finite() && c > 1.0) {
                 return Err(Error::setting(&["balance_factor"], format!("{c} must be a finite number > 1 (HAProxy suggests 1.25 to 2)")));
             }
         }
-        if self.replicas == 0 {
-            return Err(Error::setting(&["replicas"], "must be at least 1, got 0"));
-        }
+        crate::ring::check_replicas(self.replicas.into())?;
         self.health.validate()
     }
 }

@@ -1,14 +1,17 @@
 //! The configuration objects of `Pool(...)`: the `health=` and `warmup=` arguments as the
 //! core's `HealthConfig` and `WarmupConfig`.
 
-use super::errors::{invalid_at, invalid_input, IntoPyResult};
-use super::exit::{extract_int, PyExit};
+use super::errors::{at_key, invalid_at, invalid_input, IntoPyResult};
+use super::exit::{extract_int, shown_int, PyExit};
 use super::text::any_text;
 use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
 use crate::health::HealthConfig;
 use crate::warmup::WarmupConfig;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
+use pythonize::PythonizeError;
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::Deserialize;
 
 pub fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
     if !v.is_finite() || v < 0.0 {
@@ -29,22 +32,7 @@ pub fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<W
         return WarmupConfig::new(w.extract()?, d.initial_interval, d.horizon).py_err(py).map(Some);
     }
     if let Ok(d) = w.cast::<PyDict>() {
-        let mut cfg = WarmupConfig::default();
-        for (k, v) in d.iter() {
-            let k = any_text(&k, "a warmup setting name")?.into_owned();
-            let v: f64 = v.extract().map_err(|_| invalid_input(py, format!("warmup {k} must be a number of seconds")))?;
-            match k.as_str() {
-                "ramp" => cfg.ramp = v,
-                "initial_interval" => cfg.initial_interval = v,
-                "horizon" => cfg.horizon = v,
-                _ => {
-                    return Err(invalid_input(
-                        py,
-                        format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::proxy::shown(&k)),
-                    ))
-                }
-            }
-        }
+        let cfg = WarmupConfig::deserialize(Section { name: "warmup", dict: d }).map_err(PyErr::from)?;
         return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
     }
     Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", w.repr()?)))
@@ -52,52 +40,118 @@ pub fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<W
 
 /// `health={"consecutive": 5, ...}`: overrides of the breaker and safeguard defaults.
 pub fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<HealthConfig> {
-    let mut cfg = HealthConfig::default();
-    let Some(d) = d else { return Ok(cfg) };
-    for (k, v) in d.iter() {
-        let k = any_text(&k, "a health setting name")?.into_owned();
-        let number = || -> PyResult<f64> {
-            if v.is_instance_of::<PyBool>() {
-                return Err(invalid_input(py, format!("health {k} must be a number, got {}", v.repr()?)));
-            }
-            v.extract::<f64>().map_err(|_| {
-                invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default()))
-            })
-        };
-        let count = || -> PyResult<u32> {
-            extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "")
-                .map(|n| n as u32)
-                .map_err(|e| super::errors::at_key(py, e, &["health", &k], &format!("health {k}")))
-        };
-        match k.as_str() {
-            "consecutive" => cfg.consecutive = number()?,
-            "degrade_at" => cfg.degrade_at = number()?,
-            "block_weight" => cfg.block_weight = number()?,
-            "connect_weight" => cfg.connect_weight = number()?,
-            "window" => cfg.window = count()?,
-            "min_calls" => cfg.min_calls = count()?,
-            "failure_rate" => cfg.failure_rate = number()?,
-            "captcha_rate" => cfg.captcha_rate = number()?,
-            "captcha_consecutive" => cfg.captcha_consecutive = count()?,
-            "recover_successes" => cfg.recover_successes = count()?,
-            "half_open_trials" => cfg.half_open_trials = count()?,
-            "base_ejection" => cfg.base_ejection = number()?,
-            "max_ejection" => cfg.max_ejection = number()?,
-            "jitter" => cfg.jitter = number()?,
-            "min_hold" => cfg.min_hold = number()?,
-            "forgive_after" => cfg.forgive_after = number()?,
-            "dead_after" => cfg.dead_after = count()?,
-            "max_ejected" => cfg.max_ejected = number()?,
-            "min_in_service" => cfg.min_in_service = count()?,
-            "incident_fraction" => cfg.incident_fraction = number()?,
-            "incident_min_exits" => cfg.incident_min_exits = count()?,
-            "incident_interval" => cfg.incident_interval = number()?,
-            "rate_limit_cooldown" => cfg.rate_limit_cooldown = number()?,
-            _ => return Err(invalid_input(py, format!("health has no setting {}", crate::proxy::shown(&k)))),
-        }
-    }
+    let Some(d) = d else { return Ok(HealthConfig::default()) };
+    let cfg = HealthConfig::deserialize(Section { name: "health", dict: d }).map_err(PyErr::from)?;
     cfg.validate().py_err(py)?;
     Ok(cfg)
+}
+
+/// A `health=` or `warmup=` dict as serde input to the core's configuration object, which
+/// names its fields and denies unknown ones. The values are numbers, read here so that the
+/// messages are the API's (a bool is no number, a count's range is named, the key is in `.loc`);
+/// anything else a field might ask for is pythonize's.
+struct Section<'a, 'py> {
+    name: &'static str,
+    dict: &'a Bound<'py, PyDict>,
+}
+
+impl<'de> de::Deserializer<'de> for Section<'_, '_> {
+    type Error = PythonizeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, PythonizeError> {
+        self.deserialize_struct("", &[], v)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, PythonizeError> {
+        v.visit_map(Entries { name: self.name, fields, iter: self.dict.iter(), value: None })
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit unit_struct
+        newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
+struct Entries<'py> {
+    name: &'static str,
+    fields: &'static [&'static str],
+    iter: pyo3::types::iter::BoundDictIterator<'py>,
+    value: Option<(String, Bound<'py, PyAny>)>,
+}
+
+impl<'de, 'py> MapAccess<'de> for Entries<'py> {
+    type Error = PythonizeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, PythonizeError> {
+        let Some((k, v)) = self.iter.next() else { return Ok(None) };
+        let py = k.py();
+        let k = any_text(&k, &format!("a {} setting name", self.name))?.into_owned();
+        // Unknown fields are denied: that is the only way a key of text fails.
+        let field = seed.deserialize(de::IntoDeserializer::<PythonizeError>::into_deserializer(k.as_str())).map_err(|_| {
+            let problem = format!("no such setting ({})", self.fields.join(", "));
+            let message = format!("{} has no setting {} ({})", self.name, crate::proxy::shown(&k), self.fields.join(", "));
+            invalid_at(py, message, PyTuple::new(py, [self.name, k.as_str()]).ok(), None, None, &problem)
+        })?;
+        self.value = Some((k, v));
+        Ok(Some(field))
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, PythonizeError> {
+        let Some((k, v)) = self.value.take() else { return Err(de::Error::custom("a value without its key")) };
+        seed.deserialize(Number { section: self.name, key: &k, value: &v })
+    }
+}
+
+/// One value of a [`Section`], named `section key` in its messages.
+struct Number<'a, 'py> {
+    section: &'static str,
+    key: &'a str,
+    value: &'a Bound<'py, PyAny>,
+}
+
+impl Number<'_, '_> {
+    fn what(&self) -> String {
+        format!("{} {}", self.section, self.key)
+    }
+
+    fn located(&self, e: PyErr) -> PythonizeError {
+        at_key(self.value.py(), e, &[self.section, self.key], &self.what()).into()
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Number<'_, '_> {
+    type Error = PythonizeError;
+
+    fn deserialize_f64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, PythonizeError> {
+        let x = (!self.value.is_instance_of::<PyBool>()).then(|| self.value.extract::<f64>().ok()).flatten();
+        let Some(x) = x else {
+            let got = match self.value.cast::<PyInt>() {
+                Ok(_) => shown_int(self.value),
+                Err(_) => crate::proxy::mask_raw(&self.value.repr()?.to_string()),
+            };
+            return Err(self.located(invalid_input(self.value.py(), format!("{} must be a number, got {got}", self.what()))));
+        };
+        v.visit_f64(x)
+    }
+
+    fn deserialize_u32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, PythonizeError> {
+        let n = extract_int(self.value.py(), self.value, &self.what(), 0..=u32::MAX.into(), "").map_err(|e| self.located(e))?;
+        v.visit_u32(n as u32)
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, PythonizeError> {
+        (&mut pythonize::Depythonizer::from_object(self.value)).deserialize_any(v)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u64 u128 f32 char str string bytes byte_buf option unit unit_struct
+        newtype_struct seq tuple tuple_struct map struct enum identifier ignored_any
+    }
 }
 
 /// `Pool.from_config`'s file, parsed and type-checked by the core's `config_file`; Python

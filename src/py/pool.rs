@@ -4,7 +4,7 @@
 use super::clock::PyManualClock;
 use super::config::{extract_health, extract_warmup, seconds};
 use super::errors::{at_key, full_message, invalid_input, refusal_to_py, IntoPyResult};
-use super::exit::{capacity_of, extract_int, Float, PyExit};
+use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
 use super::ring::extract_replicas;
 use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
 use crate::clock::{Clock, SystemClock};
@@ -129,11 +129,7 @@ impl PyPool {
         namespace: Option<&Bound<'_, PyString>>,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
-            // 0 is refused by the core's rule; the bindings only convert.
-            Some(m) if !m.is_none() => Some(
-                extract_int(py, m, "max_leases", 0..=u32::MAX.into(), " (None means no limit)")
-                    .map_err(|e| at_key(py, e, &["max_leases"], "max_leases"))? as u32,
-            ),
+            Some(m) if !m.is_none() => Some(judged_int(py, m, "max_leases", crate::pool::check_max_leases)?),
             _ => None,
         };
         let seed = match seed {

@@ -39,10 +39,7 @@ fn empty(py: Python<'_>) -> PyErr {
 }
 
 pub fn extract_replicas(py: Python<'_>, replicas: &Bound<'_, PyAny>) -> PyResult<u32> {
-    // The range is the core's rule (check_replicas); here only what fits an i128 is read.
-    let n = super::exit::extract_int(py, replicas, "replicas", i128::MIN..=i128::MAX, "")
-        .map_err(|e| super::errors::at_key(py, e, &["replicas"], "replicas"))?;
-    crate::ring::check_replicas(n).py_err(py)
+    super::exit::judged_int(py, replicas, "replicas", crate::ring::check_replicas)
 }
 
 #[pymethods]
