@@ -450,7 +450,12 @@ BAD_EXITS = [
         3,
         "control characters (the id an [[exit]] without `id` gets",
     ),
-    (exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")), "exit[1]", 4, 'duplicate exit id "user@gw.example:8000" (also at exit[0])'),
+    (
+        exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")),
+        "exit[1]",
+        4,
+        'duplicate exit id "user@gw.example:8000" (also at exit[0])',
+    ),
     (exit_table(PROXY, 'id = "a"') + exit_table('id = "a"', PROXY), "exit[1]", 4, 'duplicate exit id "a" (also at exit[0])'),
     ("exit = 5", "exit", 1, "must be [[exit]] tables"),
     ('exits_file = "nowhere.txt"', "exits_file", 1, "does not exist"),
@@ -645,6 +650,76 @@ def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
     for block in blocks:
         write(tmp_path, "gw.example:8000\n", "proxies.txt")
         assert len(Pool.from_config(write(tmp_path, block))) >= 1
+
+
+# --- the location as data: .loc, .file, .line (issue 14) ---
+
+LOCATED = [
+    # (file text after the exits_file line, loc, line)
+    ('[health]\nwindow = "8"', ("health", "window"), 3),
+    ("[health]\nconsecutve = 3", ("health", "consecutve"), 3),
+    ("[health]\nwindow = 70", ("health", "window"), 3),
+    ("warmup = { ramp = 600, horizon = 60 }", ("warmup", "horizon"), 2),
+    ('stratgy = "lru"', ("stratgy",), 2),
+    ('[[exit]]\nproxy = "http://gw.example:1"\n[[exit]]\nproxy = "ftp://user:pw@gw.example:21"', ("exit", 1, "proxy"), 5),
+    ('[[exit]]\nid = "x"', ("exit", 0), 2),
+    ("strategy = ", None, 2),
+]
+
+
+@pytest.mark.parametrize(("text", "loc", "line"), LOCATED, ids=[str(b[1]) for b in LOCATED])
+def test_a_config_error_carries_its_key_path_file_and_line_as_data(tmp_path, text, loc, line):
+    path = config(tmp_path, text + "\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, str(path), line), str(e.value)
+
+
+def test_a_bad_line_of_the_exits_file_is_located_at_the_exits_file_key(tmp_path):
+    write(tmp_path, "gw.example:1\ngw.example:2 capacity=x\n", "bad.txt")
+    path = write(tmp_path, 'strategy = "lru"\nexits_file = "bad.txt"\n')
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert (e.value.loc, e.value.file, e.value.line) == (("exits_file",), str(path), 2)
+    assert "line 2: capacity" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "loc"),
+    [({"strategy": "fastest"}, ("strategy",)), ({"health": {"window": 70}}, ("health", "window")), ({"max_leases": 0}, ("max_leases",))],
+)
+def test_a_bad_keyword_given_in_code_is_located_at_the_keyword_not_the_file(tmp_path, override, loc):
+    path = config(tmp_path, "[health]\nwindow = 32\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path, **override)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, None, None)
+    assert str(e.value).startswith(f"keyword argument {'.'.join(loc)} (given in code, not read from {path}): ")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "loc"),
+    [
+        ({"health": {"window": 70}}, ("health", "window")),
+        ({"health": {"window": 2.5}}, ("health", "window")),
+        ({"health": {"consecutive": True}}, ("health", "consecutive")),
+        ({"health": {"bogus": 1}}, ("health", "bogus")),
+        ({"warmup": {"speed": 1}}, ("warmup", "speed")),
+        ({"warmup": {"ramp": -1}}, ("warmup", "ramp")),
+        ({"max_leases": 2**70}, ("max_leases",)),
+        ({"replicas": 0}, ("replicas",)),
+        ({"strategy": "fastest"}, ("strategy",)),
+    ],
+)
+def test_a_refusal_of_pool_carries_the_keyword_it_is_about(kwargs, loc):
+    with pytest.raises(InvalidInput) as e:
+        Pool(EXITS, **kwargs)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, None, None), str(e.value)
+
+
+def test_an_error_about_no_setting_has_no_location():
+    with pytest.raises(InvalidInput) as e:
+        Exit("a", "ftp://gw.example:1")
+    assert (e.value.loc, e.value.file, e.value.line) == (None, None, None)
 
 
 # --- the manual's key lists are exactly what the loader and the core accept ---

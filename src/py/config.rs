@@ -170,7 +170,9 @@ fn located(py: Python<'_>, name: &str, l: &Located) -> PyErr {
     };
     let message =
         if l.loc.is_empty() { format!("{where_}: {}", l.problem) } else { format!("{where_}: {}: {}", dotted(&l.loc), l.problem) };
-    invalid_at(py, message, loc_tuple(py, &l.loc), Some(name), l.line, &l.problem)
+    // No key path (invalid TOML, a file without exits) is `loc = None`, as for any error not about a key.
+    let loc = if l.loc.is_empty() { None } else { loc_tuple(py, &l.loc) };
+    invalid_at(py, message, loc, Some(name), l.line, &l.problem)
 }
 
 fn loc_tuple<'py>(py: Python<'py>, loc: &[Seg]) -> Option<Bound<'py, PyTuple>> {
