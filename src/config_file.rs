@@ -339,7 +339,7 @@ impl ConfigFile {
         };
         let capacity = t.capacity.unwrap_or(1);
         let capacity = i64::try_from(capacity)
-            .map_err(|_| Error::BadInput(format!("capacity {capacity} is outside 1..={}", crate::exit::MAX_CAPACITY)))
+            .map_err(|_| Error::setting(&["capacity"], format!("{capacity} is outside 1..={}", crate::exit::MAX_CAPACITY)))
             .and_then(validate_capacity)
             .map_err(|e| fail("capacity", e))?;
         let tags: Vec<(String, String)> = t.tags.unwrap_or_default().into_iter().collect();
