@@ -3,6 +3,7 @@
 
 use super::errors::{at_key, invalid_at, invalid_input, IntoPyResult};
 use super::exit::{extract_int, shown_int, PyExit};
+use super::pool::shown_repr;
 use super::text::any_text;
 use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
 use crate::health::HealthConfig;
@@ -29,13 +30,15 @@ pub fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<W
     }
     if w.is_instance_of::<PyInt>() || w.is_instance_of::<PyFloat>() {
         let d = WarmupConfig::default();
-        return WarmupConfig::new(w.extract()?, d.initial_interval, d.horizon).py_err(py).map(Some);
+        // An int too large for a float is refused as a number, never an OverflowError.
+        let ramp = f64::deserialize(Number { section: "warmup", key: "ramp", value: w }).map_err(PyErr::from)?;
+        return WarmupConfig::new(ramp, d.initial_interval, d.horizon).py_err(py).map(Some);
     }
     if let Ok(d) = w.cast::<PyDict>() {
         let cfg = WarmupConfig::deserialize(Section { name: "warmup", dict: d }).map_err(PyErr::from)?;
         return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
     }
-    Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", w.repr()?)))
+    Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", shown_repr(w))))
 }
 
 /// `health={"consecutive": 5, ...}`: overrides of the breaker and safeguard defaults.
@@ -132,7 +135,7 @@ impl<'de> de::Deserializer<'de> for Number<'_, '_> {
         let Some(x) = x else {
             let got = match self.value.cast::<PyInt>() {
                 Ok(_) => shown_int(self.value),
-                Err(_) => crate::proxy::mask_raw(&self.value.repr()?.to_string()),
+                Err(_) => shown_repr(self.value),
             };
             return Err(self.located(invalid_input(self.value.py(), format!("{} must be a number, got {got}", self.what()))));
         };
