@@ -1,4 +1,4 @@
-"""Fuzz `Pool.from_config` (python/exitpool/_config.py) with TOML text.
+"""Fuzz `Pool.from_config` (python/exitpool/_config.py, the core's src/config_file.rs) with TOML text.
 
 Two kinds of input: raw text (mutated from the seeds in fuzz/seeds/config/), and documents
 built from the fuzzer's bytes out of the real keys, values of every TOML type, `[[exit]]`
@@ -6,8 +6,8 @@ tables with a planted password (see _plant.py) and proxy lists beside the file.
 
 Properties: only `exitpool.InvalidInput` escapes (nothing else, not even another
 `exitpool.Error`); an error names the key at the line where the document writes it; the planted
-password never appears in an error message or in the built pool's exits as printed; on valid
-TOML, every key the line scan finds is a key of the document. Inputs are capped
+password never appears in an error message or in the built pool's exits as printed; every error
+carries its file, and on valid TOML its `.loc` starts at a key of the document. Inputs are capped
 (`-max_len`), so a hang is a finding too (`-timeout`).
 """
 
@@ -28,7 +28,6 @@ with atheris.instrument_imports(include=["exitpool", "_plant", "tomllib"]):
 
     import exitpool
     from exitpool import InvalidInput, Pool
-    from exitpool._config import _KeyLines
 
 _TMP = tempfile.mkdtemp(prefix="exitpool-fuzz-config-")
 _CONFIG = os.path.join(_TMP, "exitpool.toml")
@@ -260,6 +259,7 @@ def _structured(fdp) -> None:
     try:
         pool = _load(("\n".join(doc.lines) + "\n").encode("utf-8"))
     except InvalidInput as e:
+        _check_location(e, None)
         message = str(e)
         check_no_plant("an error message", message)
         m = re.match(re.escape(_CONFIG) + r":(\d+): ([^:]+?): ", message)
@@ -269,6 +269,15 @@ def _structured(fdp) -> None:
             ) from None
         return
     _check_pool(pool)
+
+
+def _check_location(e: InvalidInput, doc) -> None:
+    """The location as data: the file, a line with any key path, and a path that starts at a key
+    the document has (a rule between two settings may name the one the file left out)."""
+    if e.file != _CONFIG or (e.loc is not None and e.line is None):
+        raise CheckFailed(f"located at file={e.file!r} loc={e.loc!r} line={e.line!r}: {e}")
+    if doc is not None and e.loc is not None and not _resolves(doc, e.loc[:1]):
+        raise CheckFailed(f"loc {e.loc!r} is not a key of the document: {e}")
 
 
 def _resolves(doc, path) -> bool:
@@ -289,14 +298,6 @@ def _raw(data: bytes) -> None:
         doc = tomllib.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError):
         doc = None
-    if doc is not None:
-        found = _KeyLines.scan(text).found
-        bad = [path for path in found if not _resolves(doc, path)]
-        if bad:
-            raise CheckFailed(f"the line scan found keys the document does not have: {bad!r}")
-        missing = [key for key in doc if (key,) not in found]
-        if missing:
-            raise CheckFailed(f"the line scan missed top-level keys: {missing!r}")
     # Only inputs where the planted password is used as a URL password are checked for it:
     # raw mutation may just as well move it into a strategy name.
     occurrences = [m.start() for m in re.finditer(re.escape(PLANT), data.decode("utf-8", "replace"))]
@@ -306,6 +307,7 @@ def _raw(data: bytes) -> None:
     try:
         pool = _load(data)
     except InvalidInput as e:
+        _check_location(e, doc)
         if as_password:
             check_no_plant("an error message", str(e))
         return

@@ -13,9 +13,9 @@ pub const MAX_SETTING_SECONDS: f64 = 365.0 * 86_400.0;
 
 /// Refuses a duration setting over [`MAX_SETTING_SECONDS`]; the callers check the low end,
 /// each with its own rule (some allow 0).
-pub fn check_ceiling(name: &str, v: f64) -> crate::error::Result<()> {
+pub fn check_ceiling(key: &[&'static str], v: f64) -> crate::error::Result<()> {
     if v > MAX_SETTING_SECONDS {
-        return Err(crate::error::Error::BadInput(format!("{name} {v:e} is over the ceiling of {MAX_SETTING_SECONDS} seconds (a year)")));
+        return Err(crate::error::Error::setting(key, format!("{v:e} is over the ceiling of {MAX_SETTING_SECONDS} seconds (a year)")));
     }
     Ok(())
 }

@@ -56,12 +56,13 @@ pub fn validate_id(id: &str) -> Result<String> {
 /// Taking an exit out is `bench`, which says so in the snapshot and the events.
 pub fn validate_capacity(capacity: i64) -> Result<u32> {
     if capacity == 0 {
-        return Err(Error::BadInput(format!(
-            "capacity 0 is outside 1..={MAX_CAPACITY}: an exit takes at least one identity; to take an exit out of service, use pool.bench(exit_id)"
-        )));
+        return Err(Error::setting(
+            &["capacity"],
+            format!("0 is outside 1..={MAX_CAPACITY}: an exit takes at least one identity; to take an exit out of service, use pool.bench(exit_id)"),
+        ));
     }
     if !(1..=MAX_CAPACITY as i64).contains(&capacity) {
-        return Err(Error::BadInput(format!("capacity {capacity} is outside 1..={MAX_CAPACITY}")));
+        return Err(Error::setting(&["capacity"], format!("{capacity} is outside 1..={MAX_CAPACITY}")));
     }
     Ok(capacity as u32)
 }

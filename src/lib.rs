@@ -8,6 +8,7 @@
 //! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers.
 
 mod clock;
+mod config_file;
 mod error;
 mod events;
 mod exit;
@@ -33,16 +34,17 @@ mod warmup;
 mod py;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Error, Result};
+pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, Warmup};
+pub use error::{Error, Result, Setting};
 pub use exit::Exit;
 pub use health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 pub use lease::LeaseId;
-pub use mask::{mask_raw, MASK};
+pub use mask::{mask_raw, scrub, MASK};
 pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
-    after_fork, before_fork, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures, Recalibration, Refusal,
-    SiteRecord, Snapshot, COOLING, RENEW_SLACK,
+    after_fork, before_fork, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures,
+    Recalibration, Refusal, SiteRecord, Snapshot, COOLING, RENEW_SLACK,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

@@ -296,7 +296,7 @@ pub fn check_capacities(replicas: u32, capacities: &[u32]) -> Result<()> {
 pub fn check_replicas(replicas: i128) -> Result<u32> {
     match u32::try_from(replicas) {
         Ok(r) if (1..=MAX_REPLICAS).contains(&r) => Ok(r),
-        _ => Err(Error::BadInput(format!("replicas {replicas} is outside 1..={MAX_REPLICAS}"))),
+        _ => Err(Error::setting(&["replicas"], format!("{replicas} is outside 1..={MAX_REPLICAS}"))),
     }
 }
 
@@ -308,10 +308,13 @@ fn check_size(replicas: u32, exits: usize, units: u64) -> Result<()> {
         return Ok(());
     }
     let s = if exits == 1 { "" } else { "s" };
-    Err(Error::BadInput(format!(
-        "the ring would hold {points} points ({exits} exit{s}, capacity total {units}, times replicas {replicas}); \
+    Err(Error::setting_whole(
+        &["replicas"],
+        format!(
+            "the ring would hold {points} points ({exits} exit{s}, capacity total {units}, times replicas {replicas}); \
          the limit is {MAX_POINTS} points ({MAX_POINTS_MEMORY}): use fewer replicas or smaller capacities"
-    )))
+        ),
+    ))
 }
 
 /// Asks the CPU to start loading `item` into the cache, without waiting for it.

@@ -28,10 +28,10 @@ impl Strategy {
             "lru" => Strategy::Lru,
             "p2c" => Strategy::P2c,
             _ => {
-                return Err(Error::BadInput(format!(
-                    "strategy {} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'",
-                    crate::mask::shown(s)
-                )))
+                return Err(Error::setting(
+                    &["strategy"],
+                    format!("{} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'", crate::mask::shown(s)),
+                ))
             }
         })
     }

@@ -9,7 +9,9 @@
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Deserialized from a `[warmup]` table or a `warmup=` dict; a key left out keeps its default.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct WarmupConfig {
     pub ramp: f64,
     pub initial_interval: f64,
@@ -20,12 +22,14 @@ impl WarmupConfig {
     pub fn new(ramp: f64, initial_interval: f64, horizon: f64) -> Result<WarmupConfig> {
         for (name, v) in [("ramp", ramp), ("initial_interval", initial_interval), ("horizon", horizon)] {
             if !v.is_finite() || v <= 0.0 {
-                return Err(Error::BadInput(format!("warmup {name} {v} must be a finite number of seconds > 0")));
+                return Err(Error::setting(&["warmup", name], format!("{v} must be a finite number of seconds > 0")));
             }
-            crate::clock::check_ceiling(&format!("warmup {name}"), v)?;
+            crate::clock::check_ceiling(&["warmup", name], v)?;
         }
         if horizon < ramp {
-            return Err(Error::BadInput(format!("warmup horizon {horizon} must be at least its ramp {ramp}")));
+            return Err(
+                Error::setting(&["warmup", "horizon"], format!("{horizon} must be at least its ramp {ramp}")).also(&["warmup", "ramp"])
+            );
         }
         Ok(WarmupConfig { ramp, initial_interval, horizon })
     }

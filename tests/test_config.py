@@ -383,7 +383,7 @@ BAD_OPTIONS = [
     ("replicas = 0", "replicas", 2, "replicas"),
     ("replicas = 2.5", "replicas", 2, "must be a whole number, got 2.5"),
     ("session_ttl = 0", "session_ttl", 2, "> 0"),
-    ('session_ttl = "15m"', "session_ttl", 2, "must be a number, got the string '15m'"),
+    ('session_ttl = "15m"', "session_ttl", 2, 'must be a number, got the string "15m"'),
     ("lease_ttl = -1", "lease_ttl", 2, "> 0"),
     ("lease_ttl = nan", "lease_ttl", 2, "finite"),
     ("max_leases = 0", "max_leases", 2, "leave it out for no limit"),
@@ -394,7 +394,7 @@ BAD_OPTIONS = [
     ("cooldown = -0.5", "cooldown", 2, ">= 0"),
     ('calibrate = "yes"', "calibrate", 2, "true or false"),
     ('warmup = "slow"', "warmup", 2, "a ramp in seconds"),
-    ("[warmup]\nramp = 600\nsteep = 2", "warmup.steep", 4, "no setting"),
+    ("[warmup]\nramp = 600\nsteep = 2", "warmup.steep", 4, "unknown key (the keys are ramp, initial_interval, horizon)"),
     ("[warmup]\nramp = -5", "warmup.ramp", 3, "> 0"),
     ("warmup = { ramp = 600, horizon = 60 }", "warmup.horizon", 2, "at least its ramp"),
     ('[warmup]\ninitial_interval = "1m"', "warmup.initial_interval", 3, "must be a number"),
@@ -403,7 +403,7 @@ BAD_OPTIONS = [
     ("[health]\nwindow = 8", "health.window", 3, "min_calls"),
     ("[health]\nmin_calls = 30", "health.min_calls", 3, "min_calls 30"),
     ("[health]\nbase_ejection = 700", "health.base_ejection", 3, "below base_ejection"),
-    ("[health]\nconsecutve = 3", "health.consecutve", 3, "no setting"),
+    ("[health]\nconsecutve = 3", "health.consecutve", 3, "unknown key (the keys are consecutive, degrade_at,"),
     ("[health]\njitter = 1.0", "health.jitter", 3, "[0, 1)"),
     ("[health]\ndead_after = 2.5", "health.dead_after", 3, "whole number"),
     ("[health]\nfailure_rate = false", "health.failure_rate", 3, "must be a number, got false"),
@@ -450,7 +450,13 @@ BAD_EXITS = [
         3,
         "control characters (the id an [[exit]] without `id` gets",
     ),
-    (exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")), "exit[1]", 4, "duplicate exit id 'user@gw.example:8000'"),
+    (
+        exit_table(PROXY) + "\n" + exit_table(PROXY.replace(PASSWORD, "other")),
+        "exit[1]",
+        4,
+        'duplicate exit id "user@gw.example:8000" (also at exit[0])',
+    ),
+    (exit_table(PROXY, 'id = "a"') + exit_table('id = "a"', PROXY), "exit[1]", 4, 'duplicate exit id "a" (also at exit[0])'),
     ("exit = 5", "exit", 1, "must be [[exit]] tables"),
     ('exits_file = "nowhere.txt"', "exits_file", 1, "does not exist"),
     ('exits_file = "."', "exits_file", 1, "is not a file"),
@@ -586,7 +592,7 @@ def test_invalid_toml_names_the_line(tmp_path):
     path = write(tmp_path, 'exits_file = "proxies.txt"\nstrategy = \n')
     with pytest.raises(InvalidInput) as e:
         Pool.from_config(path)
-    assert str(e.value).startswith(f"{path}:2: invalid TOML (key strategy): ")
+    assert str(e.value).startswith(f"{path}:2: invalid TOML: "), str(e.value)
     path = write(tmp_path, 'exits_file = "a"\nexits_file = "b"\n')
     with pytest.raises(InvalidInput, match=r":2: invalid TOML"):
         Pool.from_config(path)
@@ -646,19 +652,88 @@ def test_the_readme_documents_every_option_in_a_config_that_loads(tmp_path):
         assert len(Pool.from_config(write(tmp_path, block))) >= 1
 
 
+# --- the location as data: .loc, .file, .line (issue 14) ---
+
+LOCATED = [
+    # (file text after the exits_file line, loc, line)
+    ('[health]\nwindow = "8"', ("health", "window"), 3),
+    ("[health]\nconsecutve = 3", ("health", "consecutve"), 3),
+    ("[health]\nwindow = 70", ("health", "window"), 3),
+    ("warmup = { ramp = 600, horizon = 60 }", ("warmup", "horizon"), 2),
+    ('stratgy = "lru"', ("stratgy",), 2),
+    ('[[exit]]\nproxy = "http://gw.example:1"\n[[exit]]\nproxy = "ftp://user:pw@gw.example:21"', ("exit", 1, "proxy"), 5),
+    ('[[exit]]\nid = "x"', ("exit", 0), 2),
+    ("strategy = ", None, 2),
+]
+
+
+@pytest.mark.parametrize(("text", "loc", "line"), LOCATED, ids=[str(b[1]) for b in LOCATED])
+def test_a_config_error_carries_its_key_path_file_and_line_as_data(tmp_path, text, loc, line):
+    path = config(tmp_path, text + "\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, str(path), line), str(e.value)
+
+
+def test_a_bad_line_of_the_exits_file_is_located_at_the_exits_file_key(tmp_path):
+    write(tmp_path, "gw.example:1\ngw.example:2 capacity=x\n", "bad.txt")
+    path = write(tmp_path, 'strategy = "lru"\nexits_file = "bad.txt"\n')
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert (e.value.loc, e.value.file, e.value.line) == (("exits_file",), str(path), 2)
+    assert "line 2: capacity" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "loc"),
+    [({"strategy": "fastest"}, ("strategy",)), ({"health": {"window": 70}}, ("health", "window")), ({"max_leases": 0}, ("max_leases",))],
+)
+def test_a_bad_keyword_given_in_code_is_located_at_the_keyword_not_the_file(tmp_path, override, loc):
+    path = config(tmp_path, "[health]\nwindow = 32\n")
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path, **override)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, None, None)
+    assert str(e.value).startswith(f"keyword argument {'.'.join(loc)} (given in code, not read from {path}): ")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "loc"),
+    [
+        ({"health": {"window": 70}}, ("health", "window")),
+        ({"health": {"window": 2.5}}, ("health", "window")),
+        ({"health": {"consecutive": True}}, ("health", "consecutive")),
+        ({"health": {"bogus": 1}}, ("health", "bogus")),
+        ({"warmup": {"speed": 1}}, ("warmup", "speed")),
+        ({"warmup": {"ramp": -1}}, ("warmup", "ramp")),
+        ({"max_leases": 2**70}, ("max_leases",)),
+        ({"replicas": 0}, ("replicas",)),
+        ({"strategy": "fastest"}, ("strategy",)),
+    ],
+)
+def test_a_refusal_of_pool_carries_the_keyword_it_is_about(kwargs, loc):
+    with pytest.raises(InvalidInput) as e:
+        Pool(EXITS, **kwargs)
+    assert (e.value.loc, e.value.file, e.value.line) == (loc, None, None), str(e.value)
+
+
+def test_an_error_about_no_setting_has_no_location():
+    with pytest.raises(InvalidInput) as e:
+        Exit("a", "ftp://gw.example:1")
+    assert (e.value.loc, e.value.file, e.value.line) == (None, None, None)
+
+
 # --- the manual's key lists are exactly what the loader and the core accept ---
 
-CORE = Path(__file__).resolve().parent.parent / "src" / "py" / "pool.rs"
 EXITS = [Exit("a", "http://gw.example:8000"), Exit("b", "http://gw.example:8001")]
 
 
-def core_settings(function):
-    """The settings a dict option of Pool(...) accepts: the match arms of `function` in the
-    binding (its `_ =>` arm refuses every other key)."""
-    source = CORE.read_text(encoding="utf-8")
-    body = source[source.index(f"fn {function}(") :]
-    body = body[: body.index("\n}\n")]
-    return re.findall(r'^\s*"(\w+)" => cfg\.\w+ =', body, flags=re.M)
+def core_settings(option):
+    """The settings a dict option of Pool(...) accepts: the fields of the core's configuration
+    object, as its refusal of an unknown key lists them."""
+    with pytest.raises(InvalidInput) as e:
+        Pool(EXITS, **{option: {"no_such_setting": 1}})
+    assert e.value.loc == (option, "no_such_setting")
+    return re.fullmatch(rf'{option} has no setting "no_such_setting" \(([\w, ]+)\)', str(e.value)).group(1).split(", ")
 
 
 def readme_config_block():
@@ -691,7 +766,7 @@ def test_the_readme_lists_exactly_the_health_settings_the_core_accepts():
     section, _ = readme_config_block()
     listed = section[section.index("Every key of `[health]`") :]
     listed = re.findall(r"`(\w+)`", listed[: listed.index("\n- ")])
-    accepted = core_settings("extract_health")
+    accepted = core_settings("health")
     assert len(accepted) >= 20 and sorted(listed) == sorted(accepted)
     # And the defaults table of "Health", which that list points to.
     health = HEALTH_PAGE.read_text(encoding="utf-8").split("\n## ", 1)[0]  # up to "Probes"
@@ -705,7 +780,7 @@ def test_the_readme_lists_exactly_the_health_settings_the_core_accepts():
 def test_the_readme_shows_exactly_the_warmup_settings_the_core_accepts(tmp_path):
     _, block = readme_config_block()
     shown = readme_table_keys(block, "[warmup]")
-    accepted = core_settings("extract_warmup")
+    accepted = core_settings("warmup")
     assert len(accepted) >= 3 and shown == accepted
     assert not [k for k in accepted if refused_as_unknown(warmup={k: 86400})]
     assert refused_as_unknown(warmup={"steep": 1})

@@ -28,6 +28,13 @@ SHOP = "shop.example"
 NEWS = "news.example"
 EVENT_KEYS = {"seq", "time", "kind", "exit_id", "site", "from", "to", "message"}
 OUT = ("quarantined", "dead")
+# The keys of health=, in the order the core's HealthConfig declares them (its unknown-key
+# refusal lists them).
+HEALTH_SETTINGS = (
+    "consecutive degrade_at block_weight connect_weight window min_calls failure_rate captcha_rate captcha_consecutive"
+    " recover_successes half_open_trials base_ejection max_ejection jitter min_hold forgive_after dead_after max_ejected"
+    " min_in_service incident_fraction incident_min_exits incident_interval rate_limit_cooldown"
+).split()
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -452,7 +459,7 @@ def test_a_session_on_a_quarantined_exit_is_lost_loudly_never_moved(clock):
     [
         ({"max_ejection": 10}, "health max_ejection 10 is below base_ejection 30"),
         ({"base_ejection": 700}, "health max_ejection 600 is below base_ejection 700"),
-        ({"bogus": 1}, 'health has no setting "bogus"'),
+        ({"bogus": 1}, 'health has no setting "bogus" (' + ", ".join(HEALTH_SETTINGS) + ")"),
         ({"consecutive": "5"}, "health consecutive must be a number, got '5'"),
         ({"consecutive": True}, "health consecutive must be a number, got True"),
         ({"half_open_trials": 2.5}, "health half_open_trials must be a whole number, got 2.5"),

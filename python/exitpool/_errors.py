@@ -21,7 +21,15 @@ class Error(Exception):
 
 class InvalidInput(Error, ValueError):
     """Input that can never be valid (an unparsable proxy, a negative capacity, a duplicate id).
-    The message names the value, with credentials masked; nothing was changed."""
+    The message names the value, with credentials masked; nothing was changed.
+
+    Where it is, as data (like pydantic's ``loc``): ``loc`` is the key path of the setting
+    (``("health", "window")``, ``("exit", 1, "proxy")``), ``file`` and ``line`` the config file
+    and line it was read from; each is None when unknown or not about a file."""
+
+    loc: tuple[str | int, ...] | None = None
+    file: str | None = None
+    line: int | None = None
 
 
 class UnknownExit(Error, LookupError):

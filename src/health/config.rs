@@ -2,7 +2,9 @@
 
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, PartialEq)]
+/// Deserialized from a `[health]` table or a `health=` dict; a key left out keeps its default.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct HealthConfig {
     /// Weighted consecutive failures that quarantine (Envoy's consecutive_5xx: 5).
     pub consecutive: f64,
@@ -99,7 +101,7 @@ impl Default for HealthConfig {
 
 impl HealthConfig {
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::BadInput(m));
+        let bad = |key: &'static str, problem: String| Err(Error::setting(&["health", key], problem));
         let finite_pos = [
             ("consecutive", self.consecutive),
             ("degrade_at", self.degrade_at),
@@ -110,7 +112,7 @@ impl HealthConfig {
         ];
         for (name, v) in finite_pos {
             if !(v.is_finite() && v > 0.0) {
-                return bad(format!("health {name} {v} must be a finite number > 0"));
+                return bad(name, format!("{v} must be a finite number > 0"));
             }
         }
         let finite_nonneg = [
@@ -121,11 +123,11 @@ impl HealthConfig {
         ];
         for (name, v) in finite_nonneg {
             if !(v.is_finite() && v >= 0.0) {
-                return bad(format!("health {name} {v} must be a finite number >= 0"));
+                return bad(name, format!("{v} must be a finite number >= 0"));
             }
         }
         for (name, v) in [("base_ejection", self.base_ejection), ("max_ejection", self.max_ejection)].into_iter().chain(finite_nonneg) {
-            crate::clock::check_ceiling(&format!("health {name}"), v)?;
+            crate::clock::check_ceiling(&["health", name], v)?;
         }
         for (name, v) in [
             ("failure_rate", self.failure_rate),
@@ -134,20 +136,23 @@ impl HealthConfig {
             ("incident_fraction", self.incident_fraction),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
-                return bad(format!("health {name} {v} must be in (0, 1]"));
+                return bad(name, format!("{v} must be in (0, 1]"));
             }
         }
         if !(self.jitter.is_finite() && (0.0..1.0).contains(&self.jitter)) {
-            return bad(format!("health jitter {} must be in [0, 1)", self.jitter));
+            return bad("jitter", format!("{} must be in [0, 1)", self.jitter));
         }
         if self.max_ejection < self.base_ejection {
-            return bad(format!("health max_ejection {} is below base_ejection {}", self.max_ejection, self.base_ejection));
+            return bad("max_ejection", format!("{} is below base_ejection {}", self.max_ejection, self.base_ejection))
+                .map_err(|e| e.also(&["health", "base_ejection"]));
         }
         if self.degrade_at > self.consecutive {
-            return bad(format!("health degrade_at {} is above consecutive {}", self.degrade_at, self.consecutive));
+            return bad("degrade_at", format!("{} is above consecutive {}", self.degrade_at, self.consecutive))
+                .map_err(|e| e.also(&["health", "consecutive"]));
         }
         if !(1..=64).contains(&self.window) || self.min_calls > self.window {
-            return bad(format!("health window {} must be 1..=64 and min_calls {} at most the window", self.window, self.min_calls));
+            return bad("window", format!("{} must be 1..=64 and min_calls {} at most the window", self.window, self.min_calls))
+                .map_err(|e| e.also(&["health", "min_calls"]));
         }
         for (name, v) in [
             ("captcha_consecutive", self.captcha_consecutive),
@@ -156,7 +161,7 @@ impl HealthConfig {
             ("dead_after", self.dead_after),
         ] {
             if v == 0 {
-                return bad(format!("health {name} must be at least 1"));
+                return bad(name, "must be at least 1".into());
             }
         }
         Ok(())

@@ -40,34 +40,41 @@ impl Default for Config {
     }
 }
 
+/// `max_leases` in `1..=u32::MAX` (0 would let no lease through); wide enough for any integer
+/// a caller or a config file can give, so that this is its only range check.
+pub fn check_max_leases(n: i128) -> Result<u32> {
+    match u32::try_from(n) {
+        Ok(m) if m >= 1 => Ok(m),
+        _ => Err(Error::setting(&["max_leases"], format!("{n} is outside 1..={} (leave it out for no limit)", u32::MAX))),
+    }
+}
+
 impl Config {
     pub fn validate(&self) -> Result<()> {
-        let positive = |name: &str, v: f64| {
+        let positive = |name: &'static str, v: f64| {
             if v.is_finite() && v > 0.0 {
                 Ok(())
             } else {
-                Err(Error::BadInput(format!("{name} {v} must be a finite number of seconds > 0")))
+                Err(Error::setting(&[name], format!("{v} must be a finite number of seconds > 0")))
             }
         };
         positive("session_ttl", self.session_ttl)?;
         positive("lease_ttl", self.lease_ttl)?;
         if !(self.cooldown.is_finite() && self.cooldown >= 0.0) {
-            return Err(Error::BadInput(format!("cooldown {} must be a finite number of seconds >= 0", self.cooldown)));
+            return Err(Error::setting(&["cooldown"], format!("{} must be a finite number of seconds >= 0", self.cooldown)));
         }
         for (name, v) in [("session_ttl", self.session_ttl), ("lease_ttl", self.lease_ttl), ("cooldown", self.cooldown)] {
-            crate::clock::check_ceiling(name, v)?;
+            crate::clock::check_ceiling(&[name], v)?;
         }
-        if self.max_leases == Some(0) {
-            return Err(Error::BadInput("max_leases 0 would let no lease through; use None for no limit".into()));
+        if let Some(m) = self.max_leases {
+            check_max_leases(m.into())?;
         }
         if let Some(c) = self.balance_factor {
             if !(c.is_finite() && c > 1.0) {
-                return Err(Error::BadInput(format!("balance_factor {c} must be a finite number > 1 (HAProxy suggests 1.25 to 2)")));
+                return Err(Error::setting(&["balance_factor"], format!("{c} must be a finite number > 1 (HAProxy suggests 1.25 to 2)")));
             }
         }
-        if self.replicas == 0 {
-            return Err(Error::BadInput("replicas must be at least 1, got 0".into()));
-        }
+        crate::ring::check_replicas(self.replicas.into())?;
         self.health.validate()
     }
 }

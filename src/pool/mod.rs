@@ -24,7 +24,7 @@ mod snapshot;
 mod state;
 
 pub use calibrate::Recalibration;
-pub use config::Config;
+pub use config::{check_max_leases, Config};
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal};

@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::pool::Refusal;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyTuple, PyType};
 
 macro_rules! error_class {
     ($fn:ident, $name:literal) => {
@@ -70,9 +70,37 @@ pub fn full_message(what: &str, timeout: Option<f64>) -> String {
     }
 }
 
+/// An InvalidInput carrying where it is: `loc` (a key path), `file` and `line`, each None
+/// when unknown; `_problem` is the message after the key, for the config loader to re-place.
+pub fn invalid_at(
+    py: Python<'_>,
+    msg: String,
+    loc: Option<Bound<'_, PyTuple>>,
+    file: Option<&str>,
+    line: Option<usize>,
+    problem: &str,
+) -> PyErr {
+    let e = invalid_input(py, msg);
+    let value = e.value(py);
+    let set = || -> PyResult<()> {
+        value.setattr("loc", loc)?;
+        value.setattr("file", file)?;
+        value.setattr("line", line)?;
+        value.setattr("_problem", problem)
+    };
+    set().err().unwrap_or(e)
+}
+
 pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
+        Error::Setting(s) => {
+            let e = invalid_at(py, msg, PyTuple::new(py, &s.key).ok(), None, None, &s.message[s.problem_at..]);
+            if !s.also.is_empty() {
+                let _ = PyTuple::new(py, &s.also).and_then(|also| e.value(py).setattr("_also", also));
+            }
+            e
+        }
         Error::BadInput(_) | Error::BadProxy(_) | Error::DuplicateExit(_) => invalid_input(py, msg),
         Error::UnknownExit(_) => unknown_exit(py, msg),
         Error::Empty(_) => no_exit_available(py, msg),
@@ -88,4 +116,18 @@ impl<T> IntoPyResult<T> for crate::Result<T> {
     fn py_err(self, py: Python<'_>) -> PyResult<T> {
         self.map_err(|e| to_py(py, e))
     }
+}
+
+/// A binding's own refusal of a setting (a conversion: not a whole number, too large for its
+/// type) given the key path the core's refusals carry. `label` is the name the message starts
+/// with (`"health window"`), so the text after it is the problem.
+pub fn at_key(py: Python<'_>, e: PyErr, key: &[&str], label: &str) -> PyErr {
+    let value = e.value(py);
+    let message = value.str().map(|s| s.to_string()).unwrap_or_default();
+    let problem = message.get(label.len() + 1..).unwrap_or(&message).to_owned();
+    let set = || -> PyResult<()> {
+        value.setattr("loc", PyTuple::new(py, key)?)?;
+        value.setattr("_problem", problem)
+    };
+    set().err().unwrap_or(e)
 }

@@ -27,7 +27,7 @@ fn whole(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<Optio
 }
 
 /// An int as a message shows it: long ones shortened (Python refuses to print the longest).
-fn shown_int(value: &Bound<'_, PyAny>) -> String {
+pub fn shown_int(value: &Bound<'_, PyAny>) -> String {
     match value.str() {
         Ok(s) => {
             let s = s.to_string();
@@ -83,6 +83,24 @@ pub fn capacity_of(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<u32> {
         let msg = e.to_string();
         let msg = if i128::from(near) == n { msg } else { msg.replacen(&near.to_string(), &shown_int(value), 1) };
         invalid_input(py, msg)
+    })
+}
+
+/// An integer setting judged by the core's `check`, which owns its range and its message; a
+/// number beyond `i128` gets the message for the nearest `i128`, with the number put back in.
+/// Not a whole number: `what must be a whole number`, at the key `what`.
+pub fn judged_int<T>(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str, check: impl Fn(i128) -> crate::Result<T>) -> PyResult<T> {
+    let exact = whole(py, value, what).map_err(|e| super::errors::at_key(py, e, &[what], what))?;
+    let n = match exact {
+        Some(n) => n,
+        None if value.lt(0)? => i128::MIN,
+        None => i128::MAX,
+    };
+    check(n).map_err(|mut e| {
+        if let (None, crate::error::Error::Setting(s)) = (exact, &mut e) {
+            s.message = s.message.replacen(&n.to_string(), &shown_int(value), 1);
+        }
+        super::errors::to_py(py, e)
     })
 }
 

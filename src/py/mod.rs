@@ -1,6 +1,7 @@
 //! The Python bindings: convert, delegate, map errors. No logic lives here.
 
 mod clock;
+mod config;
 mod errors;
 mod exit;
 mod pool;
@@ -23,6 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::PyPool>()?;
     m.add_class::<pool::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;
+    m.add_class::<config::PyConfigFile>()?;
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
     m.add_function(wrap_pyfunction!(ring::position, m)?)?;

@@ -2,23 +2,23 @@
 //! turn refusals into exceptions; the decisions are the core's.
 
 use super::clock::PyManualClock;
-use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
-use super::exit::{capacity_of, extract_int, Float, PyExit};
+use super::config::{extract_health, extract_warmup, seconds};
+use super::errors::{at_key, full_message, invalid_input, refusal_to_py, IntoPyResult};
+use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
 use super::ring::extract_replicas;
 use super::text::{any_text, check_text, opt_text, text, with_key, with_str};
 use crate::clock::{Clock, SystemClock};
 use crate::exit::Exit;
-use crate::health::{HealthConfig, State as Health};
+use crate::health::State as Health;
 use crate::lease::LeaseId;
 use crate::metrics::Tally;
 use crate::outcome::{ErrorKind, Report, OUTCOMES};
 use crate::pool::{Config, Grant, Pool, Refusal};
 use crate::select::Strategy;
-use crate::warmup::WarmupConfig;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyType};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyType};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -81,92 +81,6 @@ fn events_list<'py>(py: Python<'py>, core: &Pool, since: u64, until: u64) -> PyR
     Ok(out)
 }
 
-fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
-    if !v.is_finite() || v < 0.0 {
-        return Err(invalid_input(py, format!("{name} {v} must be a finite number of seconds >= 0")));
-    }
-    Ok(v)
-}
-
-fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<WarmupConfig>> {
-    if w.is_none() {
-        return Ok(None);
-    }
-    if let Ok(b) = w.cast::<PyBool>() {
-        return Ok(b.is_true().then(WarmupConfig::default));
-    }
-    if w.is_instance_of::<PyInt>() || w.is_instance_of::<PyFloat>() {
-        let d = WarmupConfig::default();
-        return WarmupConfig::new(w.extract()?, d.initial_interval, d.horizon).py_err(py).map(Some);
-    }
-    if let Ok(d) = w.cast::<PyDict>() {
-        let mut cfg = WarmupConfig::default();
-        for (k, v) in d.iter() {
-            let k = any_text(&k, "a warmup setting name")?.into_owned();
-            let v: f64 = v.extract().map_err(|_| invalid_input(py, format!("warmup {k} must be a number of seconds")))?;
-            match k.as_str() {
-                "ramp" => cfg.ramp = v,
-                "initial_interval" => cfg.initial_interval = v,
-                "horizon" => cfg.horizon = v,
-                _ => {
-                    return Err(invalid_input(
-                        py,
-                        format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::mask::shown(&k)),
-                    ))
-                }
-            }
-        }
-        return WarmupConfig::new(cfg.ramp, cfg.initial_interval, cfg.horizon).py_err(py).map(Some);
-    }
-    Err(invalid_input(py, format!("warmup must be None, True, a ramp in seconds or a dict, got {}", w.repr()?)))
-}
-
-/// `health={"consecutive": 5, ...}`: overrides of the breaker and safeguard defaults.
-fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<HealthConfig> {
-    let mut cfg = HealthConfig::default();
-    let Some(d) = d else { return Ok(cfg) };
-    for (k, v) in d.iter() {
-        let k = any_text(&k, "a health setting name")?.into_owned();
-        let number = || -> PyResult<f64> {
-            if v.is_instance_of::<PyBool>() {
-                return Err(invalid_input(py, format!("health {k} must be a number, got {}", v.repr()?)));
-            }
-            v.extract::<f64>().map_err(|_| {
-                invalid_input(py, format!("health {k} must be a number, got {}", v.repr().map(|r| r.to_string()).unwrap_or_default()))
-            })
-        };
-        let count = || -> PyResult<u32> { extract_int(py, &v, &format!("health {k}"), 0..=u32::MAX.into(), "").map(|n| n as u32) };
-        match k.as_str() {
-            "consecutive" => cfg.consecutive = number()?,
-            "degrade_at" => cfg.degrade_at = number()?,
-            "block_weight" => cfg.block_weight = number()?,
-            "connect_weight" => cfg.connect_weight = number()?,
-            "window" => cfg.window = count()?,
-            "min_calls" => cfg.min_calls = count()?,
-            "failure_rate" => cfg.failure_rate = number()?,
-            "captcha_rate" => cfg.captcha_rate = number()?,
-            "captcha_consecutive" => cfg.captcha_consecutive = count()?,
-            "recover_successes" => cfg.recover_successes = count()?,
-            "half_open_trials" => cfg.half_open_trials = count()?,
-            "base_ejection" => cfg.base_ejection = number()?,
-            "max_ejection" => cfg.max_ejection = number()?,
-            "jitter" => cfg.jitter = number()?,
-            "min_hold" => cfg.min_hold = number()?,
-            "forgive_after" => cfg.forgive_after = number()?,
-            "dead_after" => cfg.dead_after = count()?,
-            "max_ejected" => cfg.max_ejected = number()?,
-            "min_in_service" => cfg.min_in_service = count()?,
-            "incident_fraction" => cfg.incident_fraction = number()?,
-            "incident_min_exits" => cfg.incident_min_exits = count()?,
-            "incident_interval" => cfg.incident_interval = number()?,
-            "rate_limit_cooldown" => cfg.rate_limit_cooldown = number()?,
-            _ => return Err(invalid_input(py, format!("health has no setting {}", crate::mask::shown(&k)))),
-        }
-    }
-    cfg.validate().py_err(py)?;
-    Ok(cfg)
-}
-
 fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>> {
     let mut out = Vec::new();
     for item in exits.try_iter()? {
@@ -215,11 +129,14 @@ impl PyPool {
         namespace: Option<&Bound<'_, PyString>>,
     ) -> PyResult<PyPool> {
         let max_leases = match max_leases {
-            Some(m) if !m.is_none() => Some(extract_int(py, m, "max_leases", 1..=u32::MAX.into(), " (None means no limit)")? as u32),
+            Some(m) if !m.is_none() => Some(judged_int(py, m, "max_leases", crate::pool::check_max_leases)?),
             _ => None,
         };
         let seed = match seed {
-            Some(s) if !s.is_none() => Some(extract_int(py, s, "seed", 0..=u64::MAX.into(), " (None means a random seed)")? as u64),
+            Some(s) if !s.is_none() => Some(
+                extract_int(py, s, "seed", 0..=u64::MAX.into(), " (None means a random seed)")
+                    .map_err(|e| at_key(py, e, &["seed"], "seed"))? as u64,
+            ),
             _ => None,
         };
         let strategy = opt_text(strategy, "strategy")?.unwrap_or(Cow::Borrowed("weighted"));
@@ -972,7 +889,7 @@ impl PyLease {
 
 /// A value as an error message may show it: its repr, masked (a proxy URL passed in the
 /// wrong place keeps its password).
-fn shown_repr(v: &Bound<'_, PyAny>) -> String {
+pub(super) fn shown_repr(v: &Bound<'_, PyAny>) -> String {
     v.repr().map(|r| crate::mask::mask_raw(&r.to_string_lossy())).unwrap_or_else(|_| "?".into())
 }
 

@@ -39,8 +39,7 @@ fn empty(py: Python<'_>) -> PyErr {
 }
 
 pub fn extract_replicas(py: Python<'_>, replicas: &Bound<'_, PyAny>) -> PyResult<u32> {
-    let n = super::exit::extract_int(py, replicas, "replicas", 1..=crate::ring::MAX_REPLICAS.into(), "")?;
-    crate::ring::check_replicas(n).py_err(py)
+    super::exit::judged_int(py, replicas, "replicas", crate::ring::check_replicas)
 }
 
 #[pymethods]

@@ -144,16 +144,22 @@ pub trait Store: Send + Sync {
 /// `redis://`, `rediss://`, `unix://`, `redis+unix://` (on the server's clock).
 pub fn open(url: &str, namespace: &str, clock: Arc<dyn crate::clock::Clock>) -> Result<Arc<dyn Store>> {
     if namespace.is_empty() || namespace.len() > 200 || namespace.chars().any(|c| c.is_control() || c == '{' || c == '}') {
-        return Err(Error::BadInput(format!("namespace {namespace:?} must be 1 to 200 characters, without braces or control characters")));
+        return Err(Error::setting(
+            &["namespace"],
+            format!("{namespace:?} must be 1 to 200 characters, without braces or control characters"),
+        ));
     }
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     match scheme.as_deref() {
         Some("memory") => Ok(MemoryStore::named(&url["memory://".len()..], namespace, clock)),
         Some("redis" | "rediss" | "unix" | "redis+unix") => Ok(Arc::new(RedisStore::open(url, namespace)?)),
-        _ => Err(Error::BadInput(format!(
-            "store {} is not a store URL: use memory://NAME, redis://host:port/db, rediss://... or unix:///path",
-            crate::mask::mask_raw(url)
-        ))),
+        _ => Err(Error::setting(
+            &["store"],
+            format!(
+                "{} is not a store URL: use memory://NAME, redis://host:port/db, rediss://... or unix:///path",
+                crate::mask::mask_raw(url)
+            ),
+        )),
     }
 }
 
