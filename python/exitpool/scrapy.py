@@ -18,6 +18,9 @@ again on another exit. See the manual's Scrapy page (docs/scrapy.md) for every s
 
 The priority must be below 750, where Scrapy's ``HttpProxyMiddleware`` runs: that middleware
 must see the proxy this one chose, or it may apply environment proxies first.
+
+This module is one concept, the downloader middleware: its ban policy, the settings it reads
+and the request bookkeeping exist only for it, and Scrapy names it by this module's path.
 """
 
 from __future__ import annotations
