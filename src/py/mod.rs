@@ -2,9 +2,12 @@
 
 mod clock;
 mod errors;
+mod events;
 mod exit;
+mod lease;
 mod pool;
 mod ring;
+mod snapshot;
 mod text;
 
 use pyo3::prelude::*;
@@ -19,7 +22,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;
     m.add_class::<pool::PyPool>()?;
-    m.add_class::<pool::PyLease>()?;
+    m.add_class::<lease::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;
     m.add_function(wrap_pyfunction!(exit::mask_raw, m)?)?;
