@@ -2,6 +2,7 @@
 //!
 //! Plain Rust with no knowledge of Python; `src/py/` wraps it behind the `python` feature.
 
+pub mod acquire;
 pub mod clock;
 pub mod error;
 pub mod events;

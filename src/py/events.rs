@@ -1,35 +1,36 @@
 //! Events: hands the core's new events to the `exitpool` logger and the `on_event` callbacks,
 //! and converts them for `pool.events()`.
 
+use crate::events::Delivered;
 use crate::pool::Pool;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Hands new events to the `exitpool` logger and the `on_event` callbacks, once each.
 #[derive(Default)]
 pub(super) struct Dispatch {
-    pub(super) listeners: Mutex<Vec<Py<PyAny>>>,
-    delivered: AtomicU64,
+    listeners: Mutex<Vec<Py<PyAny>>>,
+    delivered: Delivered,
 }
 
 impl Dispatch {
     /// Costs one atomic load when nothing happened, which is nearly always.
     #[inline]
     pub(super) fn deliver(&self, py: Python<'_>, core: &Pool) {
-        let seq = core.event_seq();
-        let from = self.delivered.load(Ordering::Acquire);
-        if seq <= from || self.delivered.compare_exchange(from, seq, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return;
+        if let Some(claimed) = self.delivered.claim(core.event_seq()) {
+            // Delivery must never fail the call that triggered it.
+            let _ = self.deliver_range(py, core, claimed.start, claimed.end);
         }
-        // Delivery must never fail the call that triggered it.
-        let _ = self.deliver_range(py, core, from, seq);
     }
 
-    /// Delivers events `from..to`: exactly the range this caller claimed, since another
-    /// thread may already have claimed the events after it.
+    /// `pool.on_event(callback)`: the callback hears every event from the next delivery on.
+    pub(super) fn listen(&self, py: Python<'_>, callback: &Py<PyAny>) {
+        self.listeners.lock().push(callback.clone_ref(py));
+    }
+
+    /// Delivers events `from..to`, the range this caller claimed.
     fn deliver_range(&self, py: Python<'_>, core: &Pool, from: u64, to: u64) -> PyResult<()> {
         static DELIVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let events = events_list(py, core, from, to)?;

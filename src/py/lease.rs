@@ -4,6 +4,7 @@ use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::Dispatch;
 use super::exit::PyExit;
 use super::text::{text, with_str};
+use crate::acquire::{avoid_list, wait_for_slot, WaitStart};
 use crate::exit::Exit;
 use crate::lease::LeaseId;
 use crate::outcome::{ErrorKind, Report};
@@ -13,7 +14,6 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 #[derive(Default)]
 pub(super) struct LeaseState {
@@ -25,8 +25,8 @@ pub(super) struct LeaseState {
     /// Ended (released, expired, or given up before it was granted): a grant that arrives
     /// after this is handed back unused.
     done: bool,
-    /// When the async acquire first found every slot full (the sync one keeps it on its stack).
-    waiting_since: Option<Instant>,
+    /// When the async acquire first found every slot full (the sync one waits in the core).
+    waited: WaitStart,
 }
 
 /// How a lease ends.
@@ -71,77 +71,57 @@ pub(super) fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> P
         })?;
         out.push(Box::<str>::from(text(id, "an exit id in avoid")?));
     }
-    if out.is_empty() {
-        return Ok(None);
-    }
-    if keyed {
-        return Err(invalid_input(
-            py,
-            "avoid is for keyless leases: a keyed lease goes to its session's exit (end the session to move it)",
-        ));
-    }
-    Ok(Some(out.into_boxed_slice()))
+    avoid_list(keyed, out).py_err(py)
 }
-
-/// `None` means "as long as it takes"; a slot always frees within `lease_ttl` anyway.
-fn wait_budget(timeout: Option<f64>) -> Duration {
-    timeout.and_then(|t| Duration::try_from_secs_f64(t).ok()).unwrap_or(Duration::MAX)
-}
-
-/// How long one GIL-free wait lasts before Python gets a chance to see Ctrl-C.
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 impl PyLease {
-    fn attempt(&self, py: Python<'_>, wait: Duration) -> Result<Grant, Refusal> {
+    /// Calls `f` with what this lease asks for: its key and site as text, and the exits it
+    /// passes over. Both strings are immutable and held by this lease for the whole call.
+    #[inline]
+    fn asking<R>(&self, py: Python<'_>, f: impl FnOnce(Option<&str>, Option<&str>, &[&str]) -> R) -> PyResult<R> {
         // Nearly always empty: no allocation then.
         let avoid: Vec<&str> = match &self.avoid {
             None => Vec::new(),
             Some(ids) => ids.iter().map(|id| &**id).collect(),
         };
-        let run = |k: Option<&str>, s: Option<&str>| {
-            if wait.is_zero() && !self.core.is_shared() {
-                self.core.try_acquire_avoiding(self.view, k, s, &avoid)
-            } else if wait.is_zero() {
-                // A shared store is a network round trip: other threads run meanwhile.
-                py.detach(|| self.core.try_acquire_avoiding(self.view, k, s, &avoid))
-            } else {
-                py.detach(|| self.core.acquire_within_avoiding(self.view, k, s, &avoid, wait))
-            }
-        };
-        // Both strings are immutable and held by this lease for the whole call.
         let key = self.key.as_ref().map(|k| k.bind(py));
         let site = self.site.as_ref().map(|s| s.bind(py));
-        let r = match (key, site) {
-            (None, None) => Ok(run(None, None)),
-            (Some(k), None) => with_str(k, |k| run(Some(k), None)),
-            (None, Some(s)) => with_str(s, |s| run(None, Some(s))),
-            (Some(k), Some(s)) => with_str(k, |k| with_str(s, |s| run(Some(k), Some(s)))).and_then(|r| r),
-        };
-        // Cannot fail: `lease()` read both strings already (refusing one that is not valid
-        // text by name), and they are immutable with their UTF-8 cached since.
-        r.unwrap_or(Err(Refusal::NoExits))
+        match (key, site) {
+            (None, None) => Ok(f(None, None, &avoid)),
+            (Some(k), None) => with_str(k, |k| f(Some(k), None, &avoid)),
+            (None, Some(s)) => with_str(s, |s| f(None, Some(s), &avoid)),
+            (Some(k), Some(s)) => with_str(k, |k| with_str(s, |s| f(Some(k), Some(s), &avoid))).and_then(|r| r),
+        }
+    }
+
+    /// One attempt that does not wait: with the GIL held for a pool of its own (the hot path),
+    /// without it when the attempt is a network round trip to a shared store.
+    #[inline]
+    fn try_once(&self, py: Python<'_>, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> Result<Grant, Refusal> {
+        if self.core.is_shared() {
+            py.detach(|| self.core.try_acquire_avoiding(self.view, key, site, avoid))
+        } else {
+            self.core.try_acquire_avoiding(self.view, key, site, avoid)
+        }
     }
 
     /// Takes a grant; `false` if the lease was given up meanwhile (a cancelled async acquire
     /// whose attempt on a worker thread succeeded after the cancel), the slot then going back
-    /// unused. A grant that had to wait since `waiting_since` counts as a wait, on both paths.
-    fn granted(&self, py: Python<'_>, grant: Grant, waiting_since: Option<Instant>) -> bool {
+    /// unused. A grant after the async path's polls found every slot full counts as a wait.
+    fn granted(&self, py: Python<'_>, grant: Grant, waited: WaitStart) -> bool {
         let mut st = self.state.lock();
         if st.done {
             drop(st);
             self.core_release(py, grant.id, None);
             return false;
         }
-        if let Some(since) = waiting_since {
-            self.core.record_wait(since.elapsed().as_secs_f64());
-        }
+        waited.granted(&self.core);
         st.id = Some(grant.id);
         st.exit = Some(grant.exit);
         st.choice = grant.choice.name();
         st.health = grant.state.name();
         true
     }
-
     /// The core's release, without the GIL when it may talk to a store.
     fn core_release(&self, py: Python<'_>, id: LeaseId, report: Option<&Report>) -> bool {
         let end = || match report {
@@ -163,30 +143,23 @@ impl PyLease {
         Ok(())
     }
 
-    /// The sync acquire: one try with the GIL held (the common case), then GIL-free waits.
+    /// The sync acquire: one try with the GIL held (the common case), then the core's wait
+    /// without the GIL, taking it back between slices only to let Ctrl-C through.
     pub(super) fn enter(&self, py: Python<'_>) -> PyResult<()> {
         self.check_fresh(py)?;
-        let mut result = self.attempt(py, Duration::ZERO);
-        let waited = matches!(result, Err(Refusal::Full));
-        // Clock reads cost tens of nanoseconds here: only a lease that must wait pays them.
-        let started = waited.then(Instant::now);
-        if let Some(started) = started {
-            let budget = wait_budget(self.timeout);
-            while matches!(result, Err(Refusal::Full)) {
-                let left = budget.saturating_sub(started.elapsed());
-                if left.is_zero() {
-                    break;
-                }
-                result = self.attempt(py, left.min(SIGNAL_CHECK));
-                if matches!(result, Err(Refusal::Full)) {
-                    py.check_signals()?;
-                }
-            }
-        }
+        let result = self.asking(py, |key, site, avoid| match self.try_once(py, key, site, avoid) {
+            Err(Refusal::Full) => py.detach(|| {
+                wait_for_slot(&self.core, self.view, key, site, avoid, self.timeout, || Python::attach(|py| py.check_signals()))
+            }),
+            first => Ok(first),
+        });
+        // Reading cannot fail: `lease()` read both strings already (refusing one that is not
+        // valid text by name), and they are immutable with their UTF-8 cached since.
+        let result = result.unwrap_or(Ok(Err(Refusal::NoExits)))?;
         self.dispatch.deliver(py, &self.core);
         match result {
             Ok(grant) => {
-                self.granted(py, grant, started);
+                self.granted(py, grant, WaitStart::default());
                 Ok(())
             }
             Err(r) => Err(refusal_to_py(py, r, &self.what, self.timeout)),
@@ -352,15 +325,17 @@ impl PyLease {
         if self.state.lock().id.is_some() {
             return Ok(true);
         }
-        match self.attempt(py, Duration::ZERO) {
+        // Reading cannot fail: see `enter`.
+        let attempt = self.asking(py, |key, site, avoid| self.try_once(py, key, site, avoid)).unwrap_or(Err(Refusal::NoExits));
+        match attempt {
             Ok(grant) => {
-                let since = self.state.lock().waiting_since;
-                let taken = self.granted(py, grant, since);
+                let waited = self.state.lock().waited;
+                let taken = self.granted(py, grant, waited);
                 self.dispatch.deliver(py, &self.core);
                 Ok(taken)
             }
             Err(Refusal::Full) => {
-                self.state.lock().waiting_since.get_or_insert_with(Instant::now);
+                self.state.lock().waited.full();
                 Ok(false)
             }
             Err(r) => {

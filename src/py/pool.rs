@@ -410,7 +410,7 @@ impl PyPool {
         if !callback.bind(py).is_callable() {
             return Err(invalid_input(py, format!("on_event takes a callable, got {}", callback.bind(py).repr()?)));
         }
-        self.dispatch.listeners.lock().push(callback.clone_ref(py));
+        self.dispatch.listen(py, &callback);
         Ok(callback)
     }
 
