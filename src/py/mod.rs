@@ -1,4 +1,11 @@
-//! The Python bindings: convert, delegate, map errors. No logic lives here.
+//! The Python bindings: they convert arguments and results, delegate to the core, and map its
+//! errors to exceptions; the rules are the core's. What stays here is what only a binding can
+//! know: which Python values an argument accepts (anything else is `InvalidInput`, named), when
+//! to release the GIL (around anything that waits or talks to a store), handing the core's
+//! events to Python callbacks, and a `Lease` object's own state (entered, reported, ended).
+//!
+//! `pool` is `Pool`, `lease` is `Lease` and its report's arguments, `snapshot` and `events` turn
+//! the core's records into Python data, `errors` is the one place errors become exceptions.
 
 mod clock;
 mod errors;
