@@ -4,6 +4,7 @@
 
 pub mod acquire;
 pub mod clock;
+pub mod document;
 pub mod error;
 pub mod events;
 pub mod exit;
