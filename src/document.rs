@@ -9,7 +9,7 @@
 use crate::health::State as Health;
 use crate::metrics::Tally;
 use crate::outcome::OUTCOMES;
-use crate::pool::{Cell, ExitView, Pool, Snapshot};
+use crate::pool::{Cell, EventView, ExitView, Pool, Recalibration, Snapshot};
 use crate::store::ExitCounts;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -368,6 +368,35 @@ impl Serialize for FleetExits<'_> {
         for (e, c) in self.snap.exits.iter().zip(counts) {
             map.serialize_entry(&e.exit.id, &FleetExit { active: c.active, leases: c.leases, outcomes: OutcomeCounts(c.outcomes) })?;
         }
+        map.end()
+    }
+}
+
+/// An event as `pool.events()` shows it: the keys of the stub's `Event` TypedDict.
+impl Serialize for EventView {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(8))?;
+        map.serialize_entry("seq", &self.seq)?;
+        map.serialize_entry("time", &self.time)?;
+        map.serialize_entry("kind", self.kind)?;
+        map.serialize_entry("exit_id", &self.exit_id)?;
+        map.serialize_entry("site", &self.site)?;
+        map.serialize_entry("from", &self.from)?;
+        map.serialize_entry("to", &self.to)?;
+        map.serialize_entry("message", &self.message)?;
+        map.end()
+    }
+}
+
+/// A capacity `recalibrate()` changed: the keys of the stub's `Recalibration` TypedDict.
+impl Serialize for Recalibration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(5))?;
+        map.serialize_entry("exit_id", &self.exit_id)?;
+        map.serialize_entry("old", &self.old)?;
+        map.serialize_entry("new", &self.new)?;
+        map.serialize_entry("served", &self.served)?;
+        map.serialize_entry("safe", &self.safe)?;
         map.end()
     }
 }

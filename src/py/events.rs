@@ -6,7 +6,7 @@ use crate::pool::Pool;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyList;
 
 /// Hands new events to the `exitpool` logger and the `on_event` callbacks, once each.
 #[derive(Default)]
@@ -40,19 +40,9 @@ impl Dispatch {
     }
 }
 
+/// The events kept with `since <= seq < until`, oldest first, one dict each.
 pub(super) fn events_list<'py>(py: Python<'py>, core: &Pool, since: u64, until: u64) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    for e in core.events(since).into_iter().take_while(|e| e.seq < until) {
-        let d = PyDict::new(py);
-        d.set_item("seq", e.seq)?;
-        d.set_item("time", e.time)?;
-        d.set_item("kind", e.kind)?;
-        d.set_item("exit_id", e.exit_id)?;
-        d.set_item("site", e.site)?;
-        d.set_item("from", e.from)?;
-        d.set_item("to", e.to)?;
-        d.set_item("message", e.message)?;
-        out.append(d)?;
-    }
-    Ok(out)
+    let mut events = core.events(since);
+    events.truncate(events.partition_point(|e| e.seq < until));
+    Ok(pythonize::pythonize(py, &events)?.cast_into::<PyList>()?)
 }

@@ -18,15 +18,5 @@ pub(super) fn snapshot<'py>(py: Python<'py>, core: &Pool, dispatch: &Dispatch) -
 
 /// `recalibrate()`'s changes, one dict each.
 pub(super) fn changes_list(py: Python<'_>, changes: Vec<Recalibration>) -> PyResult<Bound<'_, PyList>> {
-    let out = PyList::empty(py);
-    for c in changes {
-        let d = PyDict::new(py);
-        d.set_item("exit_id", c.exit_id)?;
-        d.set_item("old", c.old)?;
-        d.set_item("new", c.new)?;
-        d.set_item("served", c.served)?;
-        d.set_item("safe", c.safe)?;
-        out.append(d)?;
-    }
-    Ok(out)
+    Ok(pythonize::pythonize(py, &changes)?.cast_into::<PyList>()?)
 }
