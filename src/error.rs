@@ -24,8 +24,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::BadInput(m) | Error::BadProxy(m) | Error::Empty(m) => f.write_str(m),
-            Error::DuplicateExit(id) => write!(f, "duplicate exit id {}", crate::proxy::shown(id)),
-            Error::UnknownExit(id) => write!(f, "no exit with id {}", crate::proxy::shown(id)),
+            Error::DuplicateExit(id) => write!(f, "duplicate exit id {}", crate::mask::shown(id)),
+            Error::UnknownExit(id) => write!(f, "no exit with id {}", crate::mask::shown(id)),
         }
     }
 }

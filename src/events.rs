@@ -1,7 +1,6 @@
 //! Events: every state change and notable decision, with its reason in words and figures, in
 //! a bounded buffer that readers page through by sequence number.
 
-use crate::health::{HealthConfig, State, Transition};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,8 +58,9 @@ pub struct Event {
     /// Exit handle and site id; the pool turns them into names.
     pub exit: Option<u32>,
     pub site: Option<u32>,
-    pub from: Option<State>,
-    pub to: Option<State>,
+    /// A breaker's change of state, by name.
+    pub from: Option<&'static str>,
+    pub to: Option<&'static str>,
     pub message: String,
 }
 
@@ -81,19 +81,8 @@ impl Events {
         self.push_event(Event { seq: 0, time, kind, exit, site, from: None, to: None, message });
     }
 
-    pub fn transition(&mut self, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
-        let kind = if matches!(t.reason, crate::health::Reason::EjectionRefused | crate::health::Reason::FleetCapRefused) {
-            EventKind::EjectionRefused
-        } else {
-            EventKind::StateChanged
-        };
-        let message = format!("{} -> {}: {}", t.from.name(), t.to.name(), t.reason.describe(cfg));
-        // Site 0 is the breaker of leases without a site: to a reader, no site.
-        let site = site.filter(|&s| s != 0);
-        self.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from), to: Some(t.to), message });
-    }
-
-    fn push_event(&mut self, mut e: Event) {
+    /// Appends an event, numbering it.
+    pub fn push_event(&mut self, mut e: Event) {
         e.seq = self.next;
         self.next += 1;
         self.published.store(self.next, Ordering::Release);
@@ -110,6 +99,7 @@ impl Events {
     }
 
     /// The sequence number the next event will get.
+    #[cfg(test)]
     pub fn next_seq(&self) -> u64 {
         self.next
     }

@@ -1,7 +1,8 @@
 //! An exit: one way out to the internet, identified by a stable id that the ring hashes.
 
 use crate::error::{Error, Result};
-use crate::proxy::{mask_raw, ProxyUrl};
+use crate::mask::mask_raw;
+use crate::proxy::ProxyUrl;
 use std::net::IpAddr;
 
 /// More points than this per exit would only cost memory: measured capacities stop at 6.
@@ -26,7 +27,7 @@ impl Exit {
             .map(|s| {
                 s.trim()
                     .parse::<IpAddr>()
-                    .map_err(|_| Error::BadInput(format!("exit {id:?}: ip {} is not an IP address", crate::proxy::shown(s))))
+                    .map_err(|_| Error::BadInput(format!("exit {id:?}: ip {} is not an IP address", crate::mask::shown(s))))
             })
             .transpose()?;
         tags.sort();

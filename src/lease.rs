@@ -13,7 +13,7 @@ pub struct LeaseRec {
     pub exit: u32,
     pub site: u32,
     /// The half-open periods in which breakers counted this lease as a trial.
-    pub trial: crate::fleet::Trial,
+    pub trial: crate::health::Trial,
     /// A hash of the lease's key (0 for keyless), kept only when calibrating capacities.
     pub identity: u64,
     /// The lease's id in the fleet's shared store; 0 for a lease only this pool knows.
@@ -97,10 +97,6 @@ impl Leases {
             }
         }
         self.earliest = earliest;
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &LeaseRec> {
-        self.slots.iter().filter_map(|s| s.rec.as_ref())
     }
 }
 

@@ -1,36 +1,59 @@
 //! exitpool's core: which exit should this account use, and is that exit still fit to serve.
 //!
 //! Plain Rust with no knowledge of Python; `src/py/` wraps it behind the `python` feature.
+//! Every module is private: the public API is what this file re-exports.
+//!
+//! Module dependencies run one way, without cycles: `seed`, `hash`, `events` and
+//! `proxy_syntax` use no other module; `mask` uses `proxy_syntax`; `error` uses `mask`; the
+//! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers;
+//! `acquire` (waiting for a slot) builds on `pool`.
 
-pub mod acquire;
-pub mod clock;
-pub mod document;
-pub mod error;
-pub mod events;
-pub mod exit;
-pub mod fleet;
-pub mod hash;
-pub mod health;
-pub mod lease;
-pub mod metrics;
-pub mod outcome;
-pub mod pool;
-pub mod proxy;
-pub mod proxy_list;
-pub mod ring;
-pub mod select;
-pub mod session;
-pub mod store;
-pub mod warmup;
+mod acquire;
+mod clock;
+mod error;
+mod events;
+mod exit;
+mod hash;
+mod health;
+mod lease;
+mod mask;
+mod metrics;
+mod outcome;
+mod pool;
+mod proxy;
+mod proxy_list;
+mod proxy_syntax;
+mod ring;
+mod seed;
+mod select;
+mod session;
+mod store;
+mod warmup;
 
 #[cfg(feature = "python")]
 mod py;
 
+pub use acquire::{avoid_list, wait_budget, wait_for_slot, WaitStart, INTERRUPT_CHECK};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
+pub use events::Delivered;
 pub use exit::Exit;
-pub use outcome::{Outcome, Report};
-pub use pool::{Config, Grant, Pool, Refusal};
+pub use health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
+pub use lease::LeaseId;
+pub use mask::{mask_raw, MASK};
+pub use metrics::Tally;
+pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
+pub use pool::{
+    Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures, Recalibration, Refusal, SiteRecord, Snapshot,
+    SnapshotDocument, COOLING, RENEW_SLACK,
+};
 pub use proxy::ProxyUrl;
-pub use ring::Ring;
+pub use proxy_list::parse as parse_proxy_list;
+pub use proxy_syntax::Scheme;
+pub use ring::{check_capacities, Ring, DEFAULT_REPLICAS, DEFAULT_SALT, MAX_POINTS, MAX_REPLICAS};
 pub use select::Strategy;
+pub use store::{
+    after_fork, before_fork, flush_all, open as open_store, ExitCounts, MemoryStore, RedisStore, Store, StoreError, StoreResult, Take,
+    Taken, Verdict,
+};
+pub use warmup::WarmupConfig;

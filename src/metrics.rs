@@ -15,8 +15,9 @@ pub const BUCKETS: usize = SUB * OCTAVES;
 /// log2 of the lowest bucket's lower edge.
 const LOW_EXP: i64 = -10;
 const DECAY_AT: u32 = 4096;
-/// The stated error bound of a quantile inside the histogram's range.
-pub const QUANTILE_ERROR: f64 = 0.090508; // 2^(1/8) - 1, rounded up
+/// The stated error bound of a quantile inside the histogram's range (checked by the tests).
+#[cfg(test)]
+const QUANTILE_ERROR: f64 = 0.090508; // 2^(1/8) - 1, rounded up
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Histogram {

@@ -76,7 +76,7 @@ impl ErrorKind {
             "timeout" => Ok(ErrorKind::Timeout),
             "connect" | "proxy" => Ok(ErrorKind::Connect),
             "other" => Ok(ErrorKind::Other),
-            _ => Err(Error::BadInput(format!("error {} is not one of 'timeout', 'connect', 'proxy', 'other'", crate::proxy::shown(s)))),
+            _ => Err(Error::BadInput(format!("error {} is not one of 'timeout', 'connect', 'proxy', 'other'", crate::mask::shown(s)))),
         }
     }
 }

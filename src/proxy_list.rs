@@ -11,7 +11,9 @@
 
 use crate::error::{Error, Result};
 use crate::exit::{validate_capacity, validate_id, Exit};
-use crate::proxy::{host_port_user_pass, is_port, mask_raw, scheme_end, ProxyUrl, Scheme, MASK};
+use crate::mask::{mask_raw, MASK};
+use crate::proxy::ProxyUrl;
+use crate::proxy_syntax::{host_port_user_pass, is_port, scheme_end, Scheme};
 use std::collections::HashMap;
 use std::net::IpAddr;
 

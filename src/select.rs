@@ -30,7 +30,7 @@ impl Strategy {
             _ => {
                 return Err(Error::BadInput(format!(
                     "strategy {} is not one of 'round_robin', 'weighted', 'least_conn', 'lru', 'p2c'",
-                    crate::proxy::shown(s)
+                    crate::mask::shown(s)
                 )))
             }
         })
@@ -62,9 +62,6 @@ pub enum NoPick {
 /// What a strategy may ask about member `m` (a position in the member list, not a handle).
 pub trait Members {
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     fn eligible(&self, m: usize) -> bool;
     fn weight(&self, m: usize) -> i64;
     fn active(&self, m: usize) -> u32;

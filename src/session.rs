@@ -93,14 +93,6 @@ impl Sessions {
         keys
     }
 
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Session)> {
         self.map.iter().map(|(k, s)| (&**k, s))
     }

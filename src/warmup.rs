@@ -96,14 +96,6 @@ impl Pairings {
             !l.is_empty()
         });
     }
-
-    pub fn len(&self) -> usize {
-        self.by_key.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
-    }
 }
 
 #[cfg(test)]

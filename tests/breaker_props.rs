@@ -1,4 +1,4 @@
-//! Properties of one breaker, `exitpool::health::Breaker`, checked with proptest over any
+//! Properties of one breaker, `exitpool::Breaker`, checked with proptest over any
 //! sequence of leases, reports (with any ejection verdict and jitter draw), abandoned leases,
 //! revivals and clock advances, under varied configurations:
 //!
@@ -19,7 +19,7 @@
 //!
 //! Case counts are kept small so that `cargo test` (a debug build) stays fast.
 
-use exitpool::health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
+use exitpool::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 use proptest::prelude::*;
 
 /// What a lease carries back to its breaker: the half-open period it was a trial in (0: none).

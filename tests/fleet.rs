@@ -1,9 +1,7 @@
 //! Pools sharing one store, as workers of a fleet do: a shared memory store and a manual clock
 //! (the Redis store's part is tested in Python with real processes).
 
-use exitpool::pool::{Choice, Config, Pool, Refusal};
-use exitpool::store::{MemoryStore, Store};
-use exitpool::{Exit, ManualClock, Report};
+use exitpool::{Choice, Config, Exit, ManualClock, MemoryStore, Pool, Refusal, Report, Store};
 use std::sync::Arc;
 
 fn exits(order: &[usize]) -> Vec<Exit> {
@@ -69,7 +67,7 @@ fn a_quarantine_reached_by_one_worker_reaches_the_others() {
         let g = pools[0].try_acquire(0, None, None).unwrap();
         let report = if g.exit.id == bad {
             failures += 1;
-            Report::new(None, None, false, Some(exitpool::outcome::ErrorKind::Connect), None).unwrap()
+            Report::new(None, None, false, Some(exitpool::ErrorKind::Connect), None).unwrap()
         } else {
             Report::new(None, None, false, None, None).unwrap()
         };

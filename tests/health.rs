@@ -1,9 +1,7 @@
 //! The health scenarios from the articles' failure stories, driven through the pool with
 //! synthetic reports on a manual clock.
 
-use exitpool::outcome::ErrorKind;
-use exitpool::pool::{Config, Pool, Refusal};
-use exitpool::{Exit, ManualClock, Report, Strategy};
+use exitpool::{Config, ErrorKind, Exit, ManualClock, Pool, Refusal, Report, Strategy};
 use std::sync::Arc;
 
 fn fleet(n: usize, cfg: Config) -> (Pool, ManualClock, Vec<String>) {

@@ -1,7 +1,6 @@
 //! The core pool's rules, driven with a manual clock: no sleeping, no Python.
 
-use exitpool::pool::{Choice, Config, Pool, Refusal};
-use exitpool::{Exit, ManualClock, Report, Strategy};
+use exitpool::{Choice, Config, Exit, ManualClock, Pool, Refusal, Report, Strategy};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -223,9 +222,9 @@ fn bad_config_is_refused_with_the_value() {
     // Durations stop at a year: longer is a slip.
     assert_eq!(bad(Config { session_ttl: 1e300, ..cfg() }), "session_ttl 1e300 is over the ceiling of 31536000 seconds (a year)");
     assert!(Pool::new(vec![exit("a", 1, &[])], Config { session_ttl: 31_536_000.0, ..cfg() }, clock.clone()).is_ok());
-    let health = exitpool::health::HealthConfig { min_hold: 31_536_001.0, ..Default::default() };
+    let health = exitpool::HealthConfig { min_hold: 31_536_001.0, ..Default::default() };
     assert!(bad(Config { health, ..cfg() }).starts_with("health min_hold 3.1536001e7 is over the ceiling"));
-    let ramp = exitpool::warmup::WarmupConfig::new(1e308, 60.0, 1e308).unwrap_err().to_string();
+    let ramp = exitpool::WarmupConfig::new(1e308, 60.0, 1e308).unwrap_err().to_string();
     assert!(ramp.starts_with("warmup ramp 1e308 is over the ceiling"), "{ramp}");
     assert_eq!(Pool::new(vec![], cfg(), clock.clone()).err().unwrap().to_string(), "a pool needs at least one exit");
     assert_eq!(Pool::new(vec![exit("a", 1, &[]), exit("a", 1, &[])], cfg(), clock).err().unwrap().to_string(), "duplicate exit id \"a\"");
@@ -278,7 +277,7 @@ fn a_keyless_pick_passes_over_the_avoided_exits() {
             let exits: Vec<Exit> = (0..4).map(|i| exit(&format!("e{i}"), 1, &[])).collect();
             let cfg = Config { strategy, cooldown: 0.0, ..cfg() };
             let p = if shared {
-                let store: Arc<dyn exitpool::store::Store> = Arc::new(exitpool::store::MemoryStore::new("avoid", Arc::new(clock.clone())));
+                let store: Arc<dyn exitpool::Store> = Arc::new(exitpool::MemoryStore::new("avoid", Arc::new(clock.clone())));
                 Pool::with_store(exits, cfg, Arc::new(clock.clone()), store).unwrap()
             } else {
                 Pool::new(exits, cfg, Arc::new(clock.clone())).unwrap()

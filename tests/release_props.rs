@@ -4,9 +4,7 @@
 //! lease unused, as the bindings do); and whatever a 429 asked, the exit serves its site again
 //! within the backoff ceiling.
 
-use exitpool::outcome::{Outcome, Report, BLOCK_STATUSES};
-use exitpool::pool::{Config, Pool};
-use exitpool::{Error, Exit, ManualClock};
+use exitpool::{Config, Error, Exit, ManualClock, Outcome, Pool, Report, BLOCK_STATUSES};
 use proptest::prelude::*;
 use std::sync::Arc;
 

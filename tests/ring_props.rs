@@ -5,8 +5,7 @@
 //!
 //! Case counts and replicas are kept small so that `cargo test` (a debug build) stays fast.
 
-use exitpool::ring::DEFAULT_SALT;
-use exitpool::{Error, Ring};
+use exitpool::{Error, Ring, DEFAULT_SALT};
 use proptest::prelude::*;
 
 const KEYS: usize = 1000;
@@ -229,7 +228,7 @@ proptest! {
     #[test]
     fn shares_follow_capacity(exits in prop::collection::btree_map("[a-z0-9-]{1,12}", 0u32..=6, 2..6).prop_map(|m| m.into_iter().collect::<Pool>())) {
         let keys: Vec<String> = (0..20_000).map(|i| format!("acct-{i}")).collect();
-        let ring = build(exitpool::ring::DEFAULT_REPLICAS, &exits);
+        let ring = build(exitpool::DEFAULT_REPLICAS, &exits);
         let mut counts = vec![0usize; exits.len()];
         for k in &keys {
             counts[ring.assign(k).unwrap() as usize] += 1;
@@ -252,10 +251,10 @@ proptest! {
     #[test]
     fn a_ring_is_built_exactly_when_it_fits(
         capacities in prop::collection::vec(prop_oneof![0u32..=6, 0u32..=10_000], 1..40),
-        replicas in prop_oneof![1u32..=200, 1u32..=exitpool::ring::MAX_REPLICAS],
+        replicas in prop_oneof![1u32..=200, 1u32..=exitpool::MAX_REPLICAS],
         extra in 0u32..=10_000,
     ) {
-        use exitpool::ring::{check_capacities, MAX_POINTS};
+        use exitpool::{check_capacities, MAX_POINTS};
         let units: u64 = capacities.iter().map(|&c| u64::from(c.max(1))).sum();
         let points = units * u64::from(replicas);
         let fits = points <= MAX_POINTS;

@@ -2,10 +2,7 @@
 //! `redis-server` (started here on a free loopback port) whose clock is its own, so its run
 //! waits out short TTLs for real.
 
-use exitpool::health::State;
-use exitpool::store::{MemoryStore, RedisStore, Store, Take, Taken, Verdict};
-use exitpool::warmup::WarmupConfig;
-use exitpool::{ManualClock, Outcome};
+use exitpool::{ManualClock, MemoryStore, Outcome, RedisStore, State, Store, Take, Taken, Verdict, WarmupConfig};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

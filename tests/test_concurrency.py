@@ -75,7 +75,7 @@ OUTCOMES = [{"status": 200}] * 30 + [
     {"status": 200, "captcha": True},
 ]
 
-# The ejection safeguards under test (src/fleet.rs): an exit may go out (quarantined, dead, or
+# The ejection safeguards under test (src/health/board.rs): an exit may go out (quarantined, dead, or
 # probing, which holds its slot) only if, with it, at most max(1, floor(MAX_EJECTED * n)) of the
 # n exits in service are out, and at least MIN_IN_SERVICE of them still serve. Exits benched or
 # removed later keep or free their slots without a new judgement, so a snapshot can only be held

@@ -1,6 +1,6 @@
 """The health states an exit can be in, and which of them take it out of service.
 
-The core names the states (``src/health.rs``); this is the one Python place that spells them,
+The core names the states (``src/health/mod.rs``); this is the one Python place that spells them,
 so the logger, the metrics, the Scrapy middleware, the report and the demo cannot drift apart.
 """
 

@@ -241,5 +241,5 @@ pub fn parse_exits<'py>(py: Python<'py>, lines: Vec<Bound<'py, PyAny>>) -> PyRes
 #[pyo3(name = "_mask_raw")]
 pub fn mask_raw(raw: &Bound<'_, PyString>) -> String {
     // Messages about text that is not valid text show it too: with U+FFFD for a surrogate.
-    crate::proxy::mask_raw(&raw.to_string_lossy())
+    crate::mask::mask_raw(&raw.to_string_lossy())
 }

@@ -230,7 +230,7 @@ impl PyLease {
 /// A value as an error message may show it: its repr, masked (a proxy URL passed in the
 /// wrong place keeps its password).
 fn shown_repr(v: &Bound<'_, PyAny>) -> String {
-    v.repr().map(|r| crate::proxy::mask_raw(&r.to_string_lossy())).unwrap_or_else(|_| "?".into())
+    v.repr().map(|r| crate::mask::mask_raw(&r.to_string_lossy())).unwrap_or_else(|_| "?".into())
 }
 
 /// `status=`: any whole number a client could give (see `Report::new`); a float, a str or a

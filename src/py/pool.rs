@@ -60,7 +60,7 @@ fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<Warmu
                 _ => {
                     return Err(invalid_input(
                         py,
-                        format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::proxy::shown(&k)),
+                        format!("warmup has no setting {} (ramp, initial_interval, horizon)", crate::mask::shown(&k)),
                     ))
                 }
             }
@@ -109,7 +109,7 @@ fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult<Hea
             "incident_min_exits" => cfg.incident_min_exits = count()?,
             "incident_interval" => cfg.incident_interval = number()?,
             "rate_limit_cooldown" => cfg.rate_limit_cooldown = number()?,
-            _ => return Err(invalid_input(py, format!("health has no setting {}", crate::proxy::shown(&k)))),
+            _ => return Err(invalid_input(py, format!("health has no setting {}", crate::mask::shown(&k)))),
         }
     }
     cfg.validate().py_err(py)?;
@@ -450,7 +450,7 @@ impl PyPool {
             Some(s) => Some(
                 s.trim()
                     .parse::<std::net::IpAddr>()
-                    .map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::proxy::shown(s))))?,
+                    .map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::mask::shown(s))))?,
             ),
         };
         let drifted = py.detach(|| self.core.record_probe(exit_id, ok, observed, detail)).py_err(py)?;

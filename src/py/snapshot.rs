@@ -2,7 +2,6 @@
 //! conversion each, so that their shape and every derived figure are defined in the core.
 
 use super::events::Dispatch;
-use crate::document::SnapshotDocument;
 use crate::pool::{Pool, Recalibration};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -11,7 +10,7 @@ use pyo3::types::{PyDict, PyList};
 /// `Snapshot` TypedDict in the stubs.
 pub(super) fn snapshot<'py>(py: Python<'py>, core: &Pool, dispatch: &Dispatch) -> PyResult<Bound<'py, PyDict>> {
     // With a shared store this asks the store: without the GIL.
-    let doc = py.detach(|| SnapshotDocument::of(core));
+    let doc = py.detach(|| core.snapshot_document());
     dispatch.deliver(py, core);
     Ok(pythonize::pythonize(py, &doc)?.cast_into::<PyDict>()?)
 }

@@ -9,8 +9,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 
+/// The store's tables (leases, sessions, pairings, verdicts, counts), behind one lock.
 #[derive(Default)]
-struct Shared {
+struct Tables {
     seq: u64,
     /// Exit -> live leases (id, expiry).
     leases: HashMap<String, Vec<(u64, f64)>>,
@@ -28,12 +29,12 @@ struct Shared {
 pub struct MemoryStore {
     name: String,
     clock: Arc<dyn Clock>,
-    state: Mutex<Shared>,
+    state: Mutex<Tables>,
 }
 
 impl MemoryStore {
     pub fn new(name: &str, clock: Arc<dyn Clock>) -> MemoryStore {
-        MemoryStore { name: name.to_owned(), clock, state: Mutex::new(Shared::default()) }
+        MemoryStore { name: name.to_owned(), clock, state: Mutex::new(Tables::default()) }
     }
 
     /// The process-wide store of this name and namespace, made on first use (with that
@@ -53,7 +54,7 @@ impl MemoryStore {
     }
 }
 
-impl Shared {
+impl Tables {
     /// Reclaims expired leases (a crashed worker's) and says whether one more fits.
     fn has_room(&mut self, exit: &str, max: Option<u32>, now: f64) -> bool {
         let live = self.leases.entry(exit.to_owned()).or_default();
@@ -142,7 +143,7 @@ impl Store for MemoryStore {
         for set in st.ejected.values_mut() {
             set.retain(|_, until| *until > now);
         }
-        let out = |st: &Shared, site: &str| st.ejected.get(site).map_or(0, |s| s.len() as u32);
+        let out = |st: &Tables, site: &str| st.ejected.get(site).map_or(0, |s| s.len() as u32);
         let already = st.ejected.get(&v.site).is_some_and(|s| s.contains_key(&v.exit));
         // A verdict about the site itself (an incident, no exit) takes no exit out.
         let ejecting = ejects(v.state) && !v.exit.is_empty();

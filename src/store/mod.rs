@@ -151,7 +151,7 @@ pub fn open(url: &str, namespace: &str, clock: Arc<dyn crate::clock::Clock>) -> 
         Some("redis" | "rediss" | "unix" | "redis+unix") => Ok(Arc::new(RedisStore::open(url, namespace)?)),
         _ => Err(Error::BadInput(format!(
             "store {} is not a store URL: use memory://NAME, redis://host:port/db, rediss://... or unix:///path",
-            crate::proxy::mask_raw(url)
+            crate::mask::mask_raw(url)
         ))),
     }
 }

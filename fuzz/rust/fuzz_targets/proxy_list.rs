@@ -4,8 +4,7 @@
 //! shape of the parser reads one, and the fragments around it cannot carry it or move it.
 #![no_main]
 
-use exitpool::proxy::{mask_raw, ProxyUrl};
-use exitpool::proxy_list;
+use exitpool::{mask_raw, parse_proxy_list, ProxyUrl};
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::percent_decode_str;
 
@@ -91,7 +90,7 @@ fn check(where_: &str, text: &str, input: &dyn std::fmt::Debug) {
 }
 
 fn check_parsed(lines: &[&str]) {
-    match proxy_list::parse(lines) {
+    match parse_proxy_list(lines) {
         Ok(exits) => {
             for e in exits {
                 check("an exit id", &e.id, &lines);
@@ -109,7 +108,7 @@ fuzz_target!(|data: &[u8]| {
         // Any text: nothing panics.
         let text = String::from_utf8_lossy(rest);
         let lines: Vec<&str> = text.lines().collect();
-        let _ = proxy_list::parse(&lines);
+        let _ = parse_proxy_list(&lines);
         let _ = ProxyUrl::parse(&text);
         let _ = mask_raw(&text);
         return;

@@ -1,14 +1,15 @@
-//! The health of the whole pool: every breaker, and the safeguards that judge them together.
+//! The pool-wide health board: every breaker, and the safeguards that judge them together.
 //!
 //! One breaker per exit for its tunnel and one per (exit, site). A single exit's trip is
-//! the breaker's call; whether it may eject is the fleet's: at most `max_ejected` of the
+//! the breaker's call; whether it may eject is the board's: at most `max_ejected` of the
 //! pool out at once (one always may), `min_in_service` always serving, and when most exits
 //! fail one site at once the site is at fault (a site incident): nobody is punished for it and
 //! that site's leases are spaced out instead. When most tunnels fail at once the fault is ours
 //! (network, probes) and no tunnel is judged.
 
-use crate::events::{EventKind, Events};
-use crate::health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
+use super::incidents::Incident;
+use super::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
+use crate::events::{Event, EventKind, Events};
 use crate::outcome::{Outcome, Report};
 
 /// What a lease gets from an exit's health for one site.
@@ -43,26 +44,12 @@ impl Trial {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Incident {
-    opened: f64,
-    next_lease: f64,
-    /// Shared by another worker of the fleet: it holds until then (or until that worker
-    /// closes it), whatever this worker's own evidence says.
-    remote_until: f64,
-    /// Opened here, in a fleet: when to tell the fleet again that it is still open.
-    republish_at: f64,
-}
-
-/// How long a site incident shared by another worker holds without news from it; the worker
-/// that opened it says so again every half of this while it stays open.
-pub const INCIDENT_HOLD: f64 = 60.0;
 /// The exit handle that marks an outbox verdict as being about the site itself (an incident).
 pub const SITE_VERDICT: u32 = u32::MAX;
 
 /// A verdict of this worker's, waiting to be published to the fleet.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pending {
+pub struct OutboxVerdict {
     /// An exit handle, or `SITE_VERDICT`.
     pub exit: u32,
     /// `None` for the exit's tunnel.
@@ -73,13 +60,13 @@ pub struct Pending {
 }
 
 #[derive(Debug, Default)]
-struct SiteHealth {
+pub(super) struct SiteHealth {
     breakers: Vec<Breaker>,
     cool_until: Vec<f64>,
-    failing: u32,
+    pub(super) failing: u32,
     ejected: u32,
-    incident: Option<Incident>,
-    incidents: u32,
+    pub(super) incident: Option<Incident>,
+    pub(super) incidents: u32,
 }
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
@@ -100,17 +87,17 @@ const LATENCY_PAR: f64 = 1.5;
 /// Adaptive weight bounds, as shares of an exit's capacity.
 const WEIGHT_FLOOR: f64 = 0.05;
 
-pub struct Fleet {
+pub struct HealthBoard {
     pub cfg: HealthConfig,
-    tunnel: Vec<Breaker>,
-    sites: Vec<SiteHealth>,
+    pub(super) tunnel: Vec<Breaker>,
+    pub(super) sites: Vec<SiteHealth>,
     recent: Vec<Recent>,
     /// Per exit: tunnel state factor x adaptive weight, kept current by every report and
     /// transition so that a pick reads one number per exit.
     factor: Vec<f64>,
-    tunnel_failing: u32,
+    pub(super) tunnel_failing: u32,
     tunnel_ejected: u32,
-    global_incident: Option<f64>,
+    pub(super) global_incident: Option<f64>,
     next_poll: f64,
     /// When the pool was made: a site breaker created on a site's first report has been
     /// healthy since then, not since that report (so no hold time applies to it).
@@ -120,12 +107,12 @@ pub struct Fleet {
     pub events: Events,
     /// With a shared store: this worker's verdicts not yet published. `None` in a pool of its
     /// own, which pays nothing for it.
-    pub outbox: Option<Vec<Pending>>,
+    pub outbox: Option<Vec<OutboxVerdict>>,
 }
 
-impl Fleet {
-    pub fn new(cfg: HealthConfig, exits: usize, now: f64) -> Fleet {
-        Fleet {
+impl HealthBoard {
+    pub fn new(cfg: HealthConfig, exits: usize, now: f64) -> HealthBoard {
+        HealthBoard {
             cfg,
             tunnel: vec![Breaker::new(now); exits],
             sites: vec![SiteHealth::default()],
@@ -173,7 +160,7 @@ impl Fleet {
                 // Reports from leases taken before the quarantine may have counted meanwhile.
                 self.tunnel_failing -= was as u32;
                 self.refresh(h as u32);
-                self.events.transition(now, h as u32, None, t, &self.cfg);
+                log_transition(&mut self.events, now, h as u32, None, t, &self.cfg);
             }
             if self.tunnel[h].state() == State::Quarantined {
                 next = next.min(self.tunnel[h].until());
@@ -184,7 +171,7 @@ impl Fleet {
                 let was = self.sites[s].breakers[h].failing(&self.cfg);
                 if let Some(t) = self.sites[s].breakers[h].poll(now) {
                     self.sites[s].failing -= was as u32;
-                    self.events.transition(now, h as u32, Some(s as u32), t, &self.cfg);
+                    log_transition(&mut self.events, now, h as u32, Some(s as u32), t, &self.cfg);
                 }
                 if self.sites[s].breakers[h].state() == State::Quarantined {
                     next = next.min(self.sites[s].breakers[h].until());
@@ -279,29 +266,7 @@ impl Fleet {
         }
     }
 
-    /// During a site incident, that site's leases go `incident_interval` apart: `Err(wait)`
-    /// while the next one may not go yet.
-    /// Unscoped leases (site 0) are never slowed: without a site there is no one to slow.
-    #[inline]
-    pub fn gate_check(&self, site: u32, now: f64) -> Result<(), f64> {
-        if site == 0 {
-            return Ok(());
-        }
-        match self.sites.get(site as usize).and_then(|sh| sh.incident) {
-            Some(inc) if now < inc.next_lease => Err(inc.next_lease - now),
-            _ => Ok(()),
-        }
-    }
-
-    /// A lease for the site went out: the next one waits its interval.
-    #[inline]
-    pub fn gate_pass(&mut self, site: u32, now: f64) {
-        if let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) {
-            inc.next_lease = now + self.cfg.incident_interval;
-        }
-    }
-
-    /// Takes one report into the exit's tunnel and site breakers and the fleet's safeguards.
+    /// Takes one report into the exit's tunnel and site breakers and the board's safeguards.
     /// `in_service` is the number of exits the pool has in service; `jitter` a draw in [0, 1).
     // Each argument is one fact about one report, read straight off the lease; bundling them
     // would only move the list into a struct built for this one call.
@@ -396,112 +361,6 @@ impl Fleet {
         ((self.cfg.max_ejected * in_service as f64).floor() as u32).max(1)
     }
 
-    fn incident_threshold(&self, in_service: u32) -> u32 {
-        ((self.cfg.incident_fraction * in_service as f64).ceil() as u32).max(self.cfg.incident_min_exits)
-    }
-
-    fn judge_incident(&mut self, site: u32, threshold: u32, now: f64) {
-        let sh = &mut self.sites[site as usize];
-        match sh.incident {
-            None if sh.failing >= threshold => {
-                sh.incident = Some(Incident {
-                    opened: now,
-                    next_lease: now,
-                    remote_until: f64::NEG_INFINITY,
-                    republish_at: now + INCIDENT_HOLD / 2.0,
-                });
-                sh.incidents += 1;
-                let failing = sh.failing;
-                self.pending(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
-                self.events.push(
-                    now,
-                    EventKind::SiteIncidentOpened,
-                    None,
-                    Some(site),
-                    format!("{failing} exits are failing this site at once (threshold {threshold}): the site is at fault; no exit is judged for it and its leases are spaced {} s apart", self.cfg.incident_interval),
-                );
-            }
-            // Hysteresis: it closes only when fewer than half as many still fail (here, and,
-            // for an incident another worker opened, there: its word or its silence).
-            Some(inc) if sh.failing * 2 < threshold && now >= inc.remote_until => {
-                sh.incident = None;
-                let failing = sh.failing;
-                self.pending(SITE_VERDICT, Some(site), State::Healthy, 0.0);
-                self.events.push(
-                    now,
-                    EventKind::SiteIncidentClosed,
-                    None,
-                    Some(site),
-                    format!("{failing} exits still failing this site; incident over after {:.1} s", now - inc.opened),
-                );
-            }
-            Some(inc) if inc.remote_until < now && now >= inc.republish_at => {
-                if let Some(i) = sh.incident.as_mut() {
-                    i.republish_at = now + INCIDENT_HOLD / 2.0;
-                }
-                self.pending(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
-            }
-            _ => {}
-        }
-    }
-
-    /// A site incident another worker opened (`open`) or closed, applied here.
-    pub fn impose_incident(&mut self, site: u32, open: bool, hold: f64, now: f64) {
-        self.ensure_site(site);
-        let sh = &mut self.sites[site as usize];
-        match (&mut sh.incident, open) {
-            (Some(inc), true) => inc.remote_until = now + hold,
-            (None, true) => {
-                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: now + hold, republish_at: f64::INFINITY });
-                sh.incidents += 1;
-                self.events.push(
-                    now,
-                    EventKind::SiteIncidentOpened,
-                    None,
-                    Some(site),
-                    "opened by another worker of the fleet: no exit is judged for this site and its leases are spaced out".to_owned(),
-                );
-            }
-            (Some(inc), false) => {
-                // Its opener saw it end; this worker's own evidence may still keep it open.
-                inc.remote_until = f64::NEG_INFINITY;
-                let threshold = self.incident_threshold(self.tunnel.len() as u32);
-                self.judge_incident(site, threshold, now);
-            }
-            (None, false) => {}
-        }
-    }
-
-    fn judge_global(&mut self, threshold: u32, now: f64) {
-        match self.global_incident {
-            None if self.tunnel_failing >= threshold => {
-                self.global_incident = Some(now);
-                let n = self.tunnel_failing;
-                self.events.push(
-                    now,
-                    EventKind::GlobalIncidentOpened,
-                    None,
-                    None,
-                    format!(
-                        "{n} tunnels are failing at once (threshold {threshold}): the fault is ours (network, probes); no tunnel is judged"
-                    ),
-                );
-            }
-            Some(opened) if self.tunnel_failing * 2 < threshold => {
-                self.global_incident = None;
-                let n = self.tunnel_failing;
-                self.events.push(
-                    now,
-                    EventKind::GlobalIncidentClosed,
-                    None,
-                    None,
-                    format!("{n} tunnels still failing; over after {:.1} s", now - opened),
-                );
-            }
-            _ => {}
-        }
-    }
-
     /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
     /// back (degraded only reweights, which each worker judges from its own traffic).
     fn share(&mut self, h: u32, site: Option<u32>, t: Transition, until: f64, now: f64) {
@@ -516,13 +375,13 @@ impl Fleet {
             State::Dead => f64::INFINITY,
             _ => 0.0,
         };
-        self.pending(h, site, t.to, hold);
+        self.queue_verdict(h, site, t.to, hold);
     }
 
     /// Queues a verdict for the fleet, if there is one.
-    fn pending(&mut self, exit: u32, site: Option<u32>, state: State, hold: f64) {
+    pub(super) fn queue_verdict(&mut self, exit: u32, site: Option<u32>, state: State, hold: f64) {
         if let Some(outbox) = &mut self.outbox {
-            outbox.push(Pending { exit, site, state, hold });
+            outbox.push(OutboxVerdict { exit, site, state, hold });
         }
     }
 
@@ -566,7 +425,7 @@ impl Fleet {
         if t.to == State::Quarantined {
             self.next_poll = self.next_poll.min(self.tunnel[h as usize].until());
         }
-        self.events.transition(now, h, None, t, &self.cfg);
+        log_transition(&mut self.events, now, h, None, t, &self.cfg);
     }
 
     fn site_changed(&mut self, h: u32, site: u32, t: Transition, now: f64) {
@@ -576,7 +435,7 @@ impl Fleet {
         if t.to == State::Quarantined {
             self.next_poll = self.next_poll.min(self.sites[site as usize].breakers[h as usize].until());
         }
-        self.events.transition(now, h, Some(site), t, &self.cfg);
+        log_transition(&mut self.events, now, h, Some(site), t, &self.cfg);
     }
 
     fn count(&mut self, t: Transition, site: Option<u32>) {
@@ -608,7 +467,7 @@ impl Fleet {
         self.tunnel_signal(h, signal, 0, in_service, now, jitter);
     }
 
-    /// One signal into exit `h`'s tunnel breaker, judged against the whole fleet: the
+    /// One signal into exit `h`'s tunnel breaker, judged against the whole pool: the
     /// global incident, the ejection cap and the minimum in service.
     fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
@@ -660,13 +519,13 @@ impl Fleet {
         if let Some(t) = self.tunnel[h as usize].revive(now) {
             self.count(t, None);
             self.refresh(h);
-            self.events.transition(now, h, None, t, &self.cfg);
+            log_transition(&mut self.events, now, h, None, t, &self.cfg);
         }
         for s in 0..self.sites.len() {
             if let Some(b) = self.sites[s].breakers.get_mut(h as usize) {
                 if let Some(t) = b.revive(now) {
                     self.count(t, Some(s as u32));
-                    self.events.transition(now, h, Some(s as u32), t, &self.cfg);
+                    log_transition(&mut self.events, now, h, Some(s as u32), t, &self.cfg);
                 }
             }
         }
@@ -697,24 +556,12 @@ impl Fleet {
         self.refresh(h);
     }
 
-    pub fn incident_open(&self, site: u32) -> bool {
-        self.sites.get(site as usize).is_some_and(|s| s.incident.is_some())
-    }
-
-    pub fn global_incident_open(&self) -> bool {
-        self.global_incident.is_some()
-    }
-
     pub fn tunnel_breaker(&self, h: u32) -> &Breaker {
         &self.tunnel[h as usize]
     }
 
     pub fn site_breaker(&self, h: u32, site: u32) -> Option<&Breaker> {
         self.sites.get(site as usize)?.breakers.get(h as usize)
-    }
-
-    pub fn open_incidents(&self) -> Vec<u32> {
-        (0..self.sites.len() as u32).filter(|&s| self.incident_open(s)).collect()
     }
 
     /// Half-open trial leases handed out, and those that came back a success.
@@ -725,4 +572,17 @@ impl Fleet {
     pub fn ejected(&self) -> u32 {
         self.tunnel_ejected
     }
+}
+
+/// Logs a breaker's change of state, with its reason in words and figures.
+fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
+    let kind = if matches!(t.reason, Reason::EjectionRefused | Reason::FleetCapRefused) {
+        EventKind::EjectionRefused
+    } else {
+        EventKind::StateChanged
+    };
+    let message = format!("{} -> {}: {}", t.from.name(), t.to.name(), t.reason.describe(cfg));
+    // Site 0 is the breaker of leases without a site: to a reader, no site.
+    let site = site.filter(|&s| s != 0);
+    events.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from.name()), to: Some(t.to.name()), message });
 }

@@ -6,10 +6,10 @@
 //!
 //! Lists serialize as sequences and never as tuples (a fixed-size array would be a tuple).
 
+use super::{Cell, ExitRecord, Pool, Snapshot};
 use crate::health::State as Health;
 use crate::metrics::Tally;
 use crate::outcome::OUTCOMES;
-use crate::pool::{Cell, EventView, ExitView, Pool, Recalibration, Snapshot};
 use crate::store::ExitCounts;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -31,14 +31,14 @@ pub struct SnapshotDocument {
     store: Option<(String, bool)>,
 }
 
-impl SnapshotDocument {
-    /// Takes the snapshot. With a shared store this asks the store: call it without holding
-    /// anything others wait for.
-    pub fn of(pool: &Pool) -> SnapshotDocument {
-        let snap = pool.snapshot();
+impl Pool {
+    /// The snapshot as one document, with the fleet's figures. With a shared store this asks
+    /// the store: call it without holding anything others wait for.
+    pub fn snapshot_document(&self) -> SnapshotDocument {
+        let snap = self.snapshot();
         let ids: Vec<&str> = snap.exits.iter().map(|e| e.exit.id.as_str()).collect();
-        let fleet = pool.fleet_counts(&ids);
-        SnapshotDocument { snap, fleet, store: pool.store_status() }
+        let fleet = self.fleet_counts(&ids);
+        SnapshotDocument { snap, fleet, store: self.store_status() }
     }
 }
 
@@ -181,7 +181,7 @@ struct ExitDoc<'a> {
 }
 
 impl<'a> ExitDoc<'a> {
-    fn new(e: &'a ExitView, now: f64) -> ExitDoc<'a> {
+    fn new(e: &'a ExitRecord, now: f64) -> ExitDoc<'a> {
         let rates = e.tally.recent_rates();
         ExitDoc {
             exit_id: &e.exit.id,
@@ -368,35 +368,6 @@ impl Serialize for FleetExits<'_> {
         for (e, c) in self.snap.exits.iter().zip(counts) {
             map.serialize_entry(&e.exit.id, &FleetExit { active: c.active, leases: c.leases, outcomes: OutcomeCounts(c.outcomes) })?;
         }
-        map.end()
-    }
-}
-
-/// An event as `pool.events()` shows it: the keys of the stub's `Event` TypedDict.
-impl Serialize for EventView {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(8))?;
-        map.serialize_entry("seq", &self.seq)?;
-        map.serialize_entry("time", &self.time)?;
-        map.serialize_entry("kind", self.kind)?;
-        map.serialize_entry("exit_id", &self.exit_id)?;
-        map.serialize_entry("site", &self.site)?;
-        map.serialize_entry("from", &self.from)?;
-        map.serialize_entry("to", &self.to)?;
-        map.serialize_entry("message", &self.message)?;
-        map.end()
-    }
-}
-
-/// A capacity `recalibrate()` changed: the keys of the stub's `Recalibration` TypedDict.
-impl Serialize for Recalibration {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(5))?;
-        map.serialize_entry("exit_id", &self.exit_id)?;
-        map.serialize_entry("old", &self.old)?;
-        map.serialize_entry("new", &self.new)?;
-        map.serialize_entry("served", &self.served)?;
-        map.serialize_entry("safe", &self.safe)?;
         map.end()
     }
 }

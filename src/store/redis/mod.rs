@@ -36,10 +36,15 @@
 //! state would silently make every ceiling a per-process one. Only a server that cannot be
 //! reached is left for later.
 
+mod handbacks;
+
+pub use handbacks::{after_fork, before_fork, flush_all};
+use handbacks::{HandBack, HandBackQueue, LIVE, MAX_PENDING};
+
 use super::{ejects, state_code, state_of, ExitCounts, Store, StoreError, StoreResult, Take, Taken, Verdict};
 use crate::error::{Error, Result};
+use crate::mask::{mask_raw, MASK};
 use crate::outcome::{Outcome, OUTCOMES};
-use crate::proxy::mask_raw;
 use parking_lot::{Condvar, Mutex};
 use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
@@ -50,66 +55,6 @@ use std::time::{Duration, Instant};
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 const IO_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
-/// How long a hand-back waits for a command to ride with before it is sent on its own.
-const FLUSH_AFTER: Duration = Duration::from_millis(2);
-/// How long the flusher keeps looking every `FLUSH_AFTER` with nothing to send before it
-/// sleeps until woken: a worker leasing in a loop must not pay a thread wake-up per release.
-const PARK_AFTER: Duration = Duration::from_millis(100);
-/// Hand-backs waiting at once beyond which the releasing caller sends them itself.
-const MAX_PENDING: usize = 256;
-/// Beyond `lease_ttl`, how long a stuck hand-back is kept before its lease is taken for
-/// expired: room for the server's clock to run a little slower than this machine's.
-const EXPIRY_SLACK: Duration = Duration::from_secs(5);
-
-/// Every Redis store of this process, for [`flush_all`].
-static LIVE: Mutex<Vec<std::sync::Weak<Inner>>> = Mutex::new(Vec::new());
-
-/// Sends the waiting hand-backs of every Redis store of this process, waiting for the answer.
-/// For a process about to end without dropping its stores (a `multiprocessing` child, which
-/// leaves by `os._exit`).
-pub fn flush_all() {
-    let live: Vec<Arc<Inner>> = LIVE.lock().iter().filter_map(std::sync::Weak::upgrade).collect();
-    for store in live {
-        let _ = store.flush();
-    }
-}
-
-/// The stores whose locks the forking thread holds across a fork (see [`before_fork`]).
-static FORKING: Mutex<Vec<Arc<Inner>>> = Mutex::new(Vec::new());
-
-/// Takes every lock of every Redis store of this process before a fork, so that the child finds
-/// none of them held by a thread it does not have (the flusher, a thread waiting on the store):
-/// it would wait on that lock forever. [`after_fork`] lets go of them in the parent and the
-/// child. The order (the registry, then each store's `retry_at`, `idle`, `pending`) is the one
-/// in which the store's own code nests them.
-pub fn before_fork() {
-    std::mem::forget(LIVE.lock());
-    // SAFETY: the registry is locked by this thread (the guard forgotten just above).
-    let live: Vec<Arc<Inner>> = unsafe { &*LIVE.data_ptr() }.iter().filter_map(std::sync::Weak::upgrade).collect();
-    for s in &live {
-        std::mem::forget(s.retry_at.lock());
-        std::mem::forget(s.idle.lock());
-        std::mem::forget(s.pending.lock());
-    }
-    *FORKING.lock() = live;
-}
-
-/// Undoes [`before_fork`], in the parent and in the child.
-pub fn after_fork() {
-    let held = std::mem::take(&mut *FORKING.lock());
-    // SAFETY: `before_fork` took each of these locks on this thread and forgot its guard; the
-    // stores are kept alive by `held` until they are unlocked.
-    // parking_lot's mutexes carry no state in their guards: a new marker stands for the one
-    // forgotten.
-    unsafe {
-        for s in &held {
-            s.pending.force_unlock(Default::default());
-            s.idle.force_unlock(Default::default());
-            s.retry_at.force_unlock(Default::default());
-        }
-        LIVE.force_unlock(Default::default());
-    }
-}
 
 /// Every script starts with the shared clock and lease-ending functions.
 macro_rules! script {
@@ -124,33 +69,6 @@ struct Scripts {
     publish: Script,
     verdicts: Script,
     counts: Script,
-}
-
-/// A released lease whose end the server has not been told yet.
-struct HandBack {
-    exit: String,
-    lease: u64,
-    outcome: &'static str,
-    /// When a send of it first failed.
-    stuck_since: Option<Instant>,
-}
-
-impl HandBack {
-    fn new(exit: &str, lease: u64, outcome: Option<Outcome>) -> HandBack {
-        HandBack { exit: exit.to_owned(), lease, outcome: outcome.map_or("", Outcome::name), stuck_since: None }
-    }
-}
-
-#[derive(Default)]
-struct Pending {
-    backs: Vec<HandBack>,
-    /// When the oldest of `backs` started waiting.
-    since: Option<Instant>,
-    /// The flusher sleeps on `wake` (after `PARK_AFTER` with nothing to send) until woken.
-    parked: bool,
-    closed: bool,
-    /// Why the last send of hand-backs failed; cleared when a command reaches the server.
-    failed: Option<String>,
 }
 
 pub struct RedisStore {
@@ -168,7 +86,7 @@ struct Inner {
     /// After a failure, when to try the server again.
     retry_at: Mutex<Option<Instant>>,
     scripts: Scripts,
-    pending: Mutex<Pending>,
+    pending: Mutex<HandBackQueue>,
     /// Wakes the flusher when a hand-back starts waiting, and when the store closes.
     wake: Condvar,
     /// The process whose connections, hand-backs and salt these are.
@@ -179,7 +97,7 @@ struct Inner {
     no_flusher: AtomicBool,
     salt: AtomicU64,
     ids: AtomicU64,
-    /// Some hand-backs are waiting because their send failed (`Pending::failed`).
+    /// Some hand-backs are waiting because their send failed (`HandBackQueue::failed`).
     stuck: AtomicBool,
     /// The longest `lease_ttl` of a take, in milliseconds: how long a stuck hand-back is kept.
     max_ttl_ms: AtomicU64,
@@ -195,24 +113,26 @@ impl RedisStore {
             if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
                 secrets.push(decoded.into_owned());
             }
-            let _ = shown.set_password(Some("[secure]"));
+            let _ = shown.set_password(Some(MASK));
         }
         // Unix socket URLs carry their password as a query parameter.
         if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
             secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
             let kept: Vec<(String, String)> = parsed
                 .query_pairs()
-                .map(|(k, v)| {
-                    if k == "pass" || k == "password" {
-                        (k.into_owned(), "[secure]".to_owned())
-                    } else {
-                        (k.into_owned(), v.into_owned())
-                    }
-                })
+                .map(
+                    |(k, v)| {
+                        if k == "pass" || k == "password" {
+                            (k.into_owned(), MASK.to_owned())
+                        } else {
+                            (k.into_owned(), v.into_owned())
+                        }
+                    },
+                )
                 .collect();
             shown.query_pairs_mut().clear().extend_pairs(kept);
         }
-        let shown = shown.to_string().replace("%5Bsecure%5D", "[secure]");
+        let shown = shown.to_string().replace("%5Bsecure%5D", MASK);
         let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
         // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
         // hold a write behind an unacknowledged one.
@@ -234,12 +154,12 @@ impl RedisStore {
                     verdicts: script!("verdicts"),
                     counts: script!("counts"),
                 },
-                pending: Mutex::new(Pending::default()),
+                pending: Mutex::new(HandBackQueue::default()),
                 wake: Condvar::new(),
                 process: AtomicU32::new(std::process::id()),
                 flusher: AtomicU32::new(0),
                 no_flusher: AtomicBool::new(false),
-                salt: AtomicU64::new(crate::pool::random_seed()),
+                salt: AtomicU64::new(crate::seed::random_seed()),
                 ids: AtomicU64::new(0),
                 stuck: AtomicBool::new(false),
                 max_ttl_ms: AtomicU64::new(0),
@@ -307,175 +227,6 @@ impl Inner {
                 Ok(v)
             }
             Err(e) => Err((self.failed(e), true)),
-        }
-    }
-
-    /// Puts hand-backs whose send failed back at the head of the queue, ahead of newer ones,
-    /// for the next command (see the module documentation); drops those stuck for longer than
-    /// the longest `lease_ttl`, whose leases the server has reclaimed or will.
-    fn requeue(&self, mut backs: Vec<HandBack>, why: &StoreError) {
-        let now = Instant::now();
-        let keep = Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed)) + EXPIRY_SLACK;
-        backs.retain_mut(|hb| now.saturating_duration_since(*hb.stuck_since.get_or_insert(now)) <= keep);
-        let parked = {
-            let mut p = self.pending.lock();
-            backs.append(&mut p.backs);
-            p.backs = backs;
-            if p.backs.is_empty() {
-                return;
-            }
-            p.failed = Some(match why {
-                StoreError::Unavailable(w) | StoreError::Protocol(w) => w.clone(),
-            });
-            self.stuck.store(true, Ordering::Relaxed);
-            p.since.get_or_insert(now);
-            p.parked
-        };
-        if parked {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Whether hand-backs wait because their send failed, and why.
-    fn backlog(&self) -> StoreResult<()> {
-        if !self.stuck.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let p = self.pending.lock();
-        match (&p.failed, p.backs.len()) {
-            (Some(why), n) if n > 0 => Err(StoreError::Unavailable(format!("{why}; {}", stuck_leases(n)))),
-            _ => Ok(()),
-        }
-    }
-
-    /// A failure's message, saying how many released leases are stuck, if any: the reason to
-    /// expect `NoExitAvailable` elsewhere in the fleet meanwhile.
-    fn noting_backlog(&self, why: String) -> String {
-        if !self.stuck.load(Ordering::Relaxed) {
-            return why;
-        }
-        match self.pending.lock().backs.len() {
-            0 => why,
-            n => format!("{why}; {}", stuck_leases(n)),
-        }
-    }
-
-    /// This process's id, after forgetting what a parent process left behind (see the module
-    /// documentation): its connections are its parent's sockets, its hand-backs the parent's
-    /// leases, and its salt would repeat the parent's lease ids.
-    fn own_process(&self) -> u32 {
-        let pid = std::process::id();
-        if self.process.load(Ordering::Acquire) != pid {
-            // Dropping a connection closes this process's copy of the socket only.
-            self.idle.lock().clear();
-            {
-                let mut p = self.pending.lock();
-                p.backs.clear();
-                p.since = None;
-                p.parked = false;
-                p.failed = None;
-            }
-            self.stuck.store(false, Ordering::Relaxed);
-            *self.retry_at.lock() = None;
-            self.salt.store(crate::pool::random_seed() ^ u64::from(pid), Ordering::Relaxed);
-            self.ids.store(0, Ordering::Relaxed);
-            self.process.store(pid, Ordering::Release);
-        }
-        pid
-    }
-
-    /// Starts this process's flusher if it has none: a forked child has its parent's store but
-    /// not its threads.
-    fn start_flusher(self: &Arc<Self>, pid: u32) {
-        let started = self.flusher.load(Ordering::Acquire);
-        if started != pid && self.flusher.compare_exchange(started, pid, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            let me = Arc::clone(self);
-            let spawned = std::thread::Builder::new().name("exitpool-store".into()).spawn(move || me.flush_behind());
-            self.no_flusher.store(spawned.is_err(), Ordering::Relaxed);
-        }
-    }
-
-    /// Queues a hand-back for the next command or the flusher; returns how many wait.
-    fn queue(self: &Arc<Self>, pid: u32, hb: HandBack) -> usize {
-        self.start_flusher(pid);
-        let (waiting, parked) = {
-            let mut p = self.pending.lock();
-            p.backs.push(hb);
-            p.since.get_or_insert_with(Instant::now);
-            (p.backs.len(), p.parked)
-        };
-        if parked {
-            self.wake.notify_one();
-        }
-        waiting
-    }
-
-    fn drain(&self) -> Vec<HandBack> {
-        let mut p = self.pending.lock();
-        p.since = None;
-        std::mem::take(&mut p.backs)
-    }
-
-    /// Ends leases in one script run; returns how many were live.
-    fn send_backs(&self, con: &mut Connection, backs: &[HandBack]) -> redis::RedisResult<i64> {
-        let mut inv = self.scripts.give_back.prepare_invoke();
-        inv.arg(&self.prefix);
-        for hb in backs {
-            inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
-        }
-        inv.invoke(con)
-    }
-
-    fn flush(&self) -> StoreResult<()> {
-        self.own_process();
-        let backs = self.drain();
-        if backs.is_empty() {
-            return Ok(());
-        }
-        let r = self.run(|con| self.send_backs(con, &backs)).map(drop);
-        if let Err(e) = &r {
-            self.requeue(backs, e);
-        }
-        r
-    }
-
-    /// Sends what waited `FLUSH_AFTER` without a command to ride with; ends with the store.
-    /// A worker leasing in a loop keeps its hand-backs younger than that, so this thread
-    /// then only looks every `FLUSH_AFTER`, never competing for the server, and is never
-    /// woken by a release; it sleeps until woken only once there was nothing to send for
-    /// `PARK_AFTER`.
-    fn flush_behind(self: Arc<Self>) {
-        let mut busy = Instant::now();
-        loop {
-            let due = {
-                let mut p = self.pending.lock();
-                if p.since.is_none() && busy.elapsed() >= PARK_AFTER {
-                    p.parked = true;
-                    while p.since.is_none() && !p.closed {
-                        self.wake.wait(&mut p);
-                    }
-                    p.parked = false;
-                }
-                if p.closed {
-                    return;
-                }
-                if p.since.is_some() {
-                    busy = Instant::now();
-                }
-                p.since.map_or(Instant::now() + FLUSH_AFTER, |t| t + FLUSH_AFTER)
-            };
-            let wait = due.saturating_duration_since(Instant::now());
-            if wait.is_zero() {
-                if self.flush().is_err() {
-                    // Kept for the next try (see `requeue`), a second from now, or sooner with
-                    // the next command that reaches the server.
-                    let retry = Instant::now() + RETRY_AFTER;
-                    let mut p = self.pending.lock();
-                    while !p.closed && Instant::now() < retry && !self.wake.wait_until(&mut p, retry).timed_out() {}
-                }
-            } else {
-                std::thread::sleep(wait);
-            }
         }
     }
 
@@ -593,10 +344,6 @@ impl Packed {
         };
         self.arg(&digits[..len])
     }
-}
-
-fn stuck_leases(n: usize) -> String {
-    format!("{n} released lease{} not yet handed back (their slots stay held fleet-wide until it answers)", if n == 1 { "" } else { "s" })
 }
 
 /// Whether the server refused the client itself: authentication (a wrong password, none where

@@ -1,0 +1,164 @@
+//! Incidents: when most exits fail one site at once, the site is at fault (a site incident):
+//! nobody is punished for it and its leases are spaced out instead; when most tunnels fail at
+//! once, the fault is ours (network, probes) and no tunnel is judged (the global incident).
+
+use super::board::{HealthBoard, SITE_VERDICT};
+use super::State;
+use crate::events::EventKind;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Incident {
+    opened: f64,
+    next_lease: f64,
+    /// Shared by another worker of the fleet: it holds until then (or until that worker
+    /// closes it), whatever this worker's own evidence says.
+    remote_until: f64,
+    /// Opened here, in a fleet: when to tell the fleet again that it is still open.
+    republish_at: f64,
+}
+
+/// How long a site incident shared by another worker holds without news from it; the worker
+/// that opened it says so again every half of this while it stays open.
+const INCIDENT_HOLD: f64 = 60.0;
+
+impl HealthBoard {
+    /// During a site incident, that site's leases go `incident_interval` apart: `Err(wait)`
+    /// while the next one may not go yet.
+    /// Unscoped leases (site 0) are never slowed: without a site there is no one to slow.
+    #[inline]
+    pub fn gate_check(&self, site: u32, now: f64) -> Result<(), f64> {
+        if site == 0 {
+            return Ok(());
+        }
+        match self.sites.get(site as usize).and_then(|sh| sh.incident) {
+            Some(inc) if now < inc.next_lease => Err(inc.next_lease - now),
+            _ => Ok(()),
+        }
+    }
+
+    /// A lease for the site went out: the next one waits its interval.
+    #[inline]
+    pub fn gate_pass(&mut self, site: u32, now: f64) {
+        if let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) {
+            inc.next_lease = now + self.cfg.incident_interval;
+        }
+    }
+
+    pub(super) fn incident_threshold(&self, in_service: u32) -> u32 {
+        ((self.cfg.incident_fraction * in_service as f64).ceil() as u32).max(self.cfg.incident_min_exits)
+    }
+
+    pub(super) fn judge_incident(&mut self, site: u32, threshold: u32, now: f64) {
+        let sh = &mut self.sites[site as usize];
+        match sh.incident {
+            None if sh.failing >= threshold => {
+                sh.incident = Some(Incident {
+                    opened: now,
+                    next_lease: now,
+                    remote_until: f64::NEG_INFINITY,
+                    republish_at: now + INCIDENT_HOLD / 2.0,
+                });
+                sh.incidents += 1;
+                let failing = sh.failing;
+                self.queue_verdict(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentOpened,
+                    None,
+                    Some(site),
+                    format!("{failing} exits are failing this site at once (threshold {threshold}): the site is at fault; no exit is judged for it and its leases are spaced {} s apart", self.cfg.incident_interval),
+                );
+            }
+            // Hysteresis: it closes only when fewer than half as many still fail (here, and,
+            // for an incident another worker opened, there: its word or its silence).
+            Some(inc) if sh.failing * 2 < threshold && now >= inc.remote_until => {
+                sh.incident = None;
+                let failing = sh.failing;
+                self.queue_verdict(SITE_VERDICT, Some(site), State::Healthy, 0.0);
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentClosed,
+                    None,
+                    Some(site),
+                    format!("{failing} exits still failing this site; incident over after {:.1} s", now - inc.opened),
+                );
+            }
+            Some(inc) if inc.remote_until < now && now >= inc.republish_at => {
+                if let Some(i) = sh.incident.as_mut() {
+                    i.republish_at = now + INCIDENT_HOLD / 2.0;
+                }
+                self.queue_verdict(SITE_VERDICT, Some(site), State::Quarantined, INCIDENT_HOLD);
+            }
+            _ => {}
+        }
+    }
+
+    /// A site incident another worker opened (`open`) or closed, applied here.
+    pub fn impose_incident(&mut self, site: u32, open: bool, hold: f64, now: f64) {
+        self.ensure_site(site);
+        let sh = &mut self.sites[site as usize];
+        match (&mut sh.incident, open) {
+            (Some(inc), true) => inc.remote_until = now + hold,
+            (None, true) => {
+                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: now + hold, republish_at: f64::INFINITY });
+                sh.incidents += 1;
+                self.events.push(
+                    now,
+                    EventKind::SiteIncidentOpened,
+                    None,
+                    Some(site),
+                    "opened by another worker of the fleet: no exit is judged for this site and its leases are spaced out".to_owned(),
+                );
+            }
+            (Some(inc), false) => {
+                // Its opener saw it end; this worker's own evidence may still keep it open.
+                inc.remote_until = f64::NEG_INFINITY;
+                let threshold = self.incident_threshold(self.tunnel.len() as u32);
+                self.judge_incident(site, threshold, now);
+            }
+            (None, false) => {}
+        }
+    }
+
+    pub(super) fn judge_global(&mut self, threshold: u32, now: f64) {
+        match self.global_incident {
+            None if self.tunnel_failing >= threshold => {
+                self.global_incident = Some(now);
+                let n = self.tunnel_failing;
+                self.events.push(
+                    now,
+                    EventKind::GlobalIncidentOpened,
+                    None,
+                    None,
+                    format!(
+                        "{n} tunnels are failing at once (threshold {threshold}): the fault is ours (network, probes); no tunnel is judged"
+                    ),
+                );
+            }
+            Some(opened) if self.tunnel_failing * 2 < threshold => {
+                self.global_incident = None;
+                let n = self.tunnel_failing;
+                self.events.push(
+                    now,
+                    EventKind::GlobalIncidentClosed,
+                    None,
+                    None,
+                    format!("{n} tunnels still failing; over after {:.1} s", now - opened),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    pub fn incident_open(&self, site: u32) -> bool {
+        self.sites.get(site as usize).is_some_and(|s| s.incident.is_some())
+    }
+
+    pub fn global_incident_open(&self) -> bool {
+        self.global_incident.is_some()
+    }
+
+    pub fn open_incidents(&self) -> Vec<u32> {
+        (0..self.sites.len() as u32).filter(|&s| self.incident_open(s)).collect()
+    }
+}

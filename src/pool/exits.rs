@@ -1,0 +1,243 @@
+//! The pool's exits one by one: adding, removing, benching and resizing them, probing them,
+//! and their health by name.
+
+use super::snapshot::shown_state;
+use super::{ExitSlot, Pool};
+use crate::error::{Error, Result};
+use crate::events::EventKind;
+use crate::exit::Exit;
+use crate::health::{Admit, Probe, State as Health};
+use crate::metrics::Tally;
+use rand::RngExt;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+impl Pool {
+    /// Stops new sessions on an exit; live ones drain. Returns their keys, which move when
+    /// their sessions end.
+    pub fn bench(&self, exit_id: &str) -> Result<Vec<String>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let keys = st.sessions.keys_on(h, now);
+        if !st.exits[h as usize].benched {
+            st.exits[h as usize].benched = true;
+            st.leave_views(h)?;
+            st.board.events.push(
+                now,
+                EventKind::Benched,
+                Some(h),
+                None,
+                format!("benched: no new sessions; {} live sessions drain", keys.len()),
+            );
+        }
+        Ok(keys)
+    }
+
+    pub fn unbench(&self, exit_id: &str) -> Result<()> {
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        if st.exits[h as usize].benched {
+            st.check_room(&st.exits[h as usize].exit)?;
+            st.exits[h as usize].benched = false;
+            st.join_views(h)?;
+            let now = self.clock.now();
+            st.board.events.push(now, EventKind::Unbenched, Some(h), None, "back in the ring".to_owned());
+        }
+        Ok(())
+    }
+
+    pub fn add(&self, exit: Exit) -> Result<()> {
+        crate::exit::validate_capacity(exit.capacity.into())?;
+        let mut st = self.state.lock();
+        if st.by_id.get(&exit.id).is_none_or(|&h| st.exits[h as usize].removed) {
+            st.check_room(&exit)?;
+        }
+        let h = match st.by_id.get(&exit.id).copied() {
+            Some(h) if !st.exits[h as usize].removed => return Err(Error::DuplicateExit(exit.id)),
+            Some(h) => {
+                // The same id again: the same slot, so its history and pairings carry over;
+                // its health starts afresh.
+                let slot = &mut st.exits[h as usize];
+                slot.exit = Arc::new(exit);
+                slot.removed = false;
+                slot.benched = false;
+                let now = self.clock.now();
+                st.board.forget(h, now);
+                h
+            }
+            None => {
+                let h = st.exits.len() as u32;
+                st.board.ensure_exit(h, self.clock.now());
+                st.by_id.insert(exit.id.clone(), h);
+                st.exits.push(ExitSlot {
+                    exit: Arc::new(exit),
+                    identities: HashMap::new(),
+                    active: 0,
+                    last_lease: f64::NEG_INFINITY,
+                    benched: false,
+                    removed: false,
+                    tally: Tally::default(),
+                });
+                h
+            }
+        };
+        st.join_views(h)
+    }
+
+    /// Takes an exit out for good. Live sessions on it get `SessionExitLost` at their next
+    /// lease; live leases may still be released.
+    pub fn remove(&self, exit_id: &str) -> Result<Arc<Exit>> {
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        if !st.exits[h as usize].benched {
+            st.leave_views(h)?;
+        }
+        let now = self.clock.now();
+        st.board.forget(h, now);
+        let slot = &mut st.exits[h as usize];
+        slot.removed = true;
+        slot.benched = false;
+        Ok(slot.exit.clone())
+    }
+
+    /// Changes one exit's weight; only its own arcs move.
+    pub fn set_capacity(&self, exit_id: &str, capacity: u32) -> Result<()> {
+        let capacity = crate::exit::validate_capacity(capacity.into())?;
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let in_service = !st.exits[h as usize].benched;
+        let resized = Exit { capacity, ..(*st.exits[h as usize].exit).clone() };
+        if in_service {
+            st.check_room(&resized)?;
+            st.leave_views(h)?;
+        }
+        st.exits[h as usize].exit = Arc::new(resized);
+        if in_service {
+            st.join_views(h)?;
+        }
+        Ok(())
+    }
+
+    pub fn exit(&self, exit_id: &str) -> Result<Arc<Exit>> {
+        let st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        Ok(st.exits[h as usize].exit.clone())
+    }
+
+    /// Exits of a view that are in service, in handle order.
+    pub fn members(&self, view: u32) -> Vec<Arc<Exit>> {
+        let st = self.state.lock();
+        st.views[view as usize].members.iter().map(|&h| st.exits[h as usize].exit.clone()).collect()
+    }
+
+    /// The exits a probe loop should check now: quarantined ones whose backoff is over (now
+    /// probing, with no trial out), dead ones, and exits in service idle for `idle` seconds.
+    pub fn probe_due(&self, idle: f64) -> Vec<Arc<Exit>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.board.poll(now);
+        let st = &*st;
+        st.views[0]
+            .members
+            .iter()
+            .filter(|&&h| {
+                let b = st.board.tunnel_breaker(h);
+                match b.state() {
+                    Health::Probing => b.trials_out() == 0,
+                    Health::Dead => true,
+                    Health::Quarantined => false,
+                    Health::Healthy | Health::Degraded => now - st.exits[h as usize].last_lease >= idle,
+                }
+            })
+            .map(|&h| st.exits[h as usize].exit.clone())
+            .collect()
+    }
+
+    /// Feeds an active probe's verdict into the exit's tunnel health. `observed_ip` that
+    /// differs from the exit's `ip` means its token now lands elsewhere: that is an event and
+    /// a failure, since an account leased there would present a new address.
+    pub fn record_probe(&self, exit_id: &str, ok: bool, observed_ip: Option<std::net::IpAddr>, detail: &str) -> Result<bool> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let expected = st.exits[h as usize].exit.ip;
+        let drifted = matches!((expected, observed_ip), (Some(e), Some(o)) if e != o);
+        if drifted {
+            st.board.events.push(
+                now,
+                EventKind::Drifted,
+                Some(h),
+                None,
+                format!(
+                    "probe saw {} where {} was expected: the exit's token lands elsewhere now",
+                    observed_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    expected.map(|i| i.to_string()).unwrap_or_default()
+                ),
+            );
+        }
+        if !ok && !detail.is_empty() {
+            st.board.events.push(now, EventKind::ProbeFailed, Some(h), None, format!("probe failed: {detail}"));
+        }
+        let in_service = st.views[0].members.len() as u32;
+        let jitter = st.rng.random::<f64>();
+        let verdict = match (ok, drifted) {
+            (_, true) => Probe::Drifted,
+            (true, false) => Probe::Ok,
+            (false, false) => Probe::Failed,
+        };
+        st.board.probe(h, verdict, in_service, now, jitter);
+        drop(st);
+        if let Some(fl) = &self.fleet {
+            self.publish_verdicts(fl, now);
+        }
+        Ok(drifted)
+    }
+
+    /// An exit's health: for a site, the worse of its tunnel's state and its state there.
+    pub fn state(&self, exit_id: &str, site: Option<&str>) -> Result<Health> {
+        if let Some(fl) = &self.fleet {
+            self.sync_health(fl);
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.board.poll(now);
+        let h = st.handle(exit_id)?;
+        // Without a site: the state leases without a site meet (site 0), which is what
+        // decides whether such a lease may use the exit.
+        let site = match site {
+            None => Some(0),
+            Some(s) => st.sites.get(s).copied(),
+        };
+        Ok(st.board.state(h, site))
+    }
+
+    /// [`Pool::state`] by name, with "cooling" where a 429 has the exit resting for that site
+    /// (or, without a site, for leases without one) while its breakers would still admit it:
+    /// a cooling exit takes no lease for the site until its cooling ends.
+    pub fn state_name(&self, exit_id: &str, site: Option<&str>) -> Result<&'static str> {
+        let health = self.state(exit_id, site)?;
+        let now = self.clock.now();
+        let st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        let site = match site {
+            None => Some(0),
+            Some(s) => st.sites.get(s).copied(),
+        };
+        let cooling = site.is_some_and(|s| matches!(st.board.admits(h, s, now), Admit::Cooling(_)));
+        Ok(shown_state(health, cooling))
+    }
+
+    /// Puts an exit back in service everywhere (healthy), whatever its state.
+    pub fn revive(&self, exit_id: &str) -> Result<()> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        st.board.revive(h, now);
+        drop(st);
+        if let Some(fl) = &self.fleet {
+            self.publish_verdicts(fl, now);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,408 @@
+//! The pool: leases, sticky sessions, keyless selection and warm-up over one set of exits.
+//!
+//! All state sits behind one mutex held for a few hundred nanoseconds per call; a caller that
+//! must wait for a free slot sleeps on a condition variable with the lock released.
+//! Views (`subset`) are extra rings and member lists over the same exits, sharing every lease,
+//! session and counter with the whole pool.
+//!
+//! The rooms: `config` (the pool's configuration and its rules), `grant` (what a lease attempt
+//! answers), `state` (the inner decision state behind the mutex), `members` (a view's exits as
+//! the selection strategies see them), `exits` (adding, benching, probing and judging exits),
+//! `fleet` (fleet mode: the decisions a shared store makes), `snapshot` (the records a reader
+//! gets), `document` (the snapshot as one serde document, every derived figure in it) and `calibrate` (capacities measured from burned identities). This file holds the
+//! pool and its lease API.
+
+mod calibrate;
+mod config;
+mod document;
+mod exits;
+mod fleet;
+mod grant;
+mod members;
+mod snapshot;
+mod state;
+
+pub use calibrate::Recalibration;
+pub use config::Config;
+pub use document::SnapshotDocument;
+pub use fleet::RENEW_SLACK;
+pub use grant::{Choice, Counts, Grant, Refusal};
+pub use snapshot::{Cell, EventRecord, ExitRecord, PoolFigures, SiteRecord, Snapshot, COOLING};
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::exit::Exit;
+use crate::health::HealthBoard;
+use crate::lease::{LeaseId, Leases};
+use crate::metrics::{Tally, Waits};
+use crate::outcome::Report;
+use crate::seed::random_seed;
+use crate::session::Sessions;
+use crate::store::Store;
+use crate::warmup::Pairings;
+use fleet::{FleetLink, LinkState};
+use parking_lot::{Condvar, Mutex};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use state::{ExitSlot, State};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Pool {
+    state: Mutex<State>,
+    freed: Condvar,
+    clock: Arc<dyn Clock>,
+    events_published: Arc<std::sync::atomic::AtomicU64>,
+    fleet: Option<FleetLink>,
+}
+
+impl Pool {
+    pub fn new(exits: Vec<Exit>, cfg: Config, clock: Arc<dyn Clock>) -> Result<Pool> {
+        cfg.validate()?;
+        if exits.is_empty() {
+            return Err(Error::BadInput("a pool needs at least one exit".into()));
+        }
+        let mut by_id = HashMap::with_capacity(exits.len());
+        for (i, e) in exits.iter().enumerate() {
+            crate::exit::validate_capacity(e.capacity.into())?;
+            if by_id.insert(e.id.clone(), i as u32).is_some() {
+                return Err(Error::DuplicateExit(e.id.clone()));
+            }
+        }
+        let slots: Vec<ExitSlot> = exits
+            .into_iter()
+            .map(|e| ExitSlot {
+                exit: Arc::new(e),
+                identities: HashMap::new(),
+                active: 0,
+                last_lease: f64::NEG_INFINITY,
+                benched: false,
+                removed: false,
+                tally: Tally::default(),
+            })
+            .collect();
+        let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
+        let born = clock.now();
+        let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
+        let mut state = State {
+            cfg,
+            exits: slots,
+            by_id,
+            views: Vec::new(),
+            view_ids: HashMap::new(),
+            sessions: Sessions::default(),
+            leases: Leases::default(),
+            pairings: Pairings::default(),
+            sites: HashMap::new(),
+            site_names: vec!["".into()],
+            board,
+            last_used: vec![Vec::new()],
+            rng,
+            counts: Counts::default(),
+            waiters: 0,
+            site_tallies: Vec::new(),
+            waits: Waits::default(),
+            rate_prev: (born, 0),
+            rate_mark: (born, 0),
+        };
+        state.view(Vec::new())?;
+        let events_published = state.board.events.published();
+        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, fleet: None })
+    }
+
+    /// A pool that shares leases, sessions, pairings, health verdicts and counters with every
+    /// pool on the same store.
+    pub fn with_store(exits: Vec<Exit>, cfg: Config, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Result<Pool> {
+        let mut pool = Pool::new(exits, cfg, clock)?;
+        let now = pool.clock.now();
+        let origin = {
+            let mut st = pool.state.lock();
+            st.board.outbox = Some(Vec::new());
+            st.rng.random::<u64>() | 1
+        };
+        pool.fleet = Some(FleetLink { store, origin, link: Mutex::new(LinkState { online: true, next_refresh: now, seen: 0 }) });
+        Ok(pool)
+    }
+
+    /// Whether calls may wait on a network store (and so must not hold up other threads).
+    pub fn is_shared(&self) -> bool {
+        self.fleet.is_some()
+    }
+
+    /// The store's description (credentials masked) and whether it is answering: not while
+    /// released leases wait to be handed back to it (their slots stay held fleet-wide).
+    pub fn store_status(&self) -> Option<(String, bool)> {
+        let fl = self.fleet.as_ref()?;
+        self.stuck(fl, fl.store.backlog(), self.clock.now());
+        Some((fl.store.describe(), fl.link.lock().online))
+    }
+
+    pub fn now(&self) -> f64 {
+        self.clock.now()
+    }
+
+    pub fn config(&self) -> Config {
+        self.state.lock().cfg.clone()
+    }
+
+    /// The view over exits carrying every given tag (created once, then shared).
+    pub fn subset(&self, mut filter: Vec<(String, String)>) -> Result<u32> {
+        filter.sort();
+        filter.dedup();
+        self.state.lock().view(filter)
+    }
+
+    /// One attempt, without waiting.
+    pub fn try_acquire(&self, view: u32, key: Option<&str>, site: Option<&str>) -> std::result::Result<Grant, Refusal> {
+        self.try_acquire_avoiding(view, key, site, &[])
+    }
+
+    /// One attempt whose keyless pick passes over the exits named in `avoid` (a page retried
+    /// after a ban must not land where it was banned). A keyed lease goes to its session's or
+    /// its ring's exit and ignores `avoid`: moving an account is never a side effect.
+    pub fn try_acquire_avoiding(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+    ) -> std::result::Result<Grant, Refusal> {
+        if let Some(fl) = &self.fleet {
+            let r = self.shared_attempt(fl, view, key, site, avoid);
+            if r.is_ok() {
+                self.state.lock().waits.immediate += 1;
+            }
+            return r;
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let wake = st.expire(now) && st.waiters > 0;
+        let r = st.attempt(view, key, site, avoid, now);
+        if r.is_ok() {
+            st.waits.immediate += 1;
+        }
+        drop(st);
+        if wake {
+            self.freed.notify_all();
+        }
+        r
+    }
+
+    /// Attempts until granted, refused for a reason waiting cannot fix, or `timeout` passes
+    /// while every candidate is full. A grant that had to wait is counted as a wait.
+    pub fn acquire(&self, view: u32, key: Option<&str>, site: Option<&str>, timeout: Duration) -> std::result::Result<Grant, Refusal> {
+        let r = self.acquire_within(view, key, site, timeout);
+        if let Ok(g) = &r {
+            if g.waited > 0.0 {
+                self.record_wait(g.waited);
+            } else {
+                self.state.lock().waits.immediate += 1;
+            }
+        }
+        r
+    }
+
+    /// Counts one lease that had to wait `seconds` for its slot. For callers that wait in
+    /// slices (the bindings, to let Ctrl-C through) and count the whole wait once.
+    pub fn record_wait(&self, seconds: f64) {
+        let mut st = self.state.lock();
+        st.waits.waited.record(seconds);
+        st.waits.waited_total += 1;
+    }
+
+    /// One bounded wait, counting nothing: `Grant::waited` is 0 when no wait was needed.
+    pub fn acquire_within(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        timeout: Duration,
+    ) -> std::result::Result<Grant, Refusal> {
+        self.acquire_within_avoiding(view, key, site, &[], timeout)
+    }
+
+    /// [`Pool::acquire_within`] with a keyless pick that passes over `avoid`, as in
+    /// [`Pool::try_acquire_avoiding`].
+    pub fn acquire_within_avoiding(
+        &self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        timeout: Duration,
+    ) -> std::result::Result<Grant, Refusal> {
+        let started = Instant::now();
+        // `None` from Python arrives as a huge timeout; a deadline past the clock's range is "never".
+        let deadline = started.checked_add(timeout).unwrap_or_else(|| started + Duration::from_secs(100 * 365 * 86_400));
+        if let Some(fl) = &self.fleet {
+            // Slots free in other processes too, which no condition variable hears: poll,
+            // from 2 ms doubling to 50 ms.
+            let mut pause = Duration::from_millis(2);
+            loop {
+                match self.shared_attempt(fl, view, key, site, avoid) {
+                    Err(Refusal::Full) if Instant::now() < deadline => {
+                        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                        pause = (pause * 2).min(Duration::from_millis(50));
+                    }
+                    Ok(mut grant) => {
+                        let waited = started.elapsed().as_secs_f64();
+                        grant.waited = if pause > Duration::from_millis(2) { waited } else { 0.0 };
+                        return Ok(grant);
+                    }
+                    other => return other,
+                }
+            }
+        }
+        let mut st = self.state.lock();
+        let mut waited = false;
+        loop {
+            let now = self.clock.now();
+            if st.expire(now) && st.waiters > 0 {
+                self.freed.notify_all();
+            }
+            match st.attempt(view, key, site, avoid, now) {
+                Err(Refusal::Full) if Instant::now() < deadline => {
+                    st.waiters += 1;
+                    waited = true;
+                    // Slots also free by expiry, which no release announces: look again soon.
+                    let wake = deadline.min(Instant::now() + Duration::from_millis(250));
+                    self.freed.wait_until(&mut st, wake);
+                    st.waiters -= 1;
+                }
+                Ok(mut grant) => {
+                    grant.waited = if waited { started.elapsed().as_secs_f64() } else { 0.0 };
+                    return Ok(grant);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Ends a lease with its outcome. `false` if it had already ended (expired, or released
+    /// twice): such a release changes nothing.
+    #[inline]
+    pub fn release(&self, id: LeaseId, report: &Report) -> bool {
+        self.end(id, Some(report))
+    }
+
+    /// Ends a lease that carries no evidence about its exit: an acquire whose caller was gone
+    /// by the time it was granted (a cancelled task), or a release whose report was bad input.
+    /// Its slot is freed (fleet-wide too) and its trial slots handed back, as on expiry; no
+    /// breaker and no outcome count hears of it.
+    pub fn release_unused(&self, id: LeaseId) -> bool {
+        self.end(id, None)
+    }
+
+    /// Whether a lease is live now: granted, not released, and not past its `lease_ttl` by
+    /// the pool's clock (an expired lease's slot may be someone else's already).
+    pub fn is_live(&self, id: LeaseId) -> bool {
+        let now = self.clock.now();
+        self.state.lock().leases.get(id).is_some_and(|rec| rec.expires > now)
+    }
+
+    #[inline]
+    pub(super) fn end(&self, id: LeaseId, report: Option<&Report>) -> bool {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        // A lease whose time ran out has expired, whether or not anyone looked since.
+        let expired = st.expire(now);
+        let mut remote = None;
+        let released = match st.leases.take(id) {
+            None => {
+                st.counts.ignored_releases += 1;
+                false
+            }
+            // No report: no evidence. The slot and the trial slots go back, as on expiry.
+            Some(rec) if report.is_none() => {
+                st.exits[rec.exit as usize].active -= 1;
+                st.counts.released += 1;
+                st.board.abandon(rec.exit, rec.site, rec.trial);
+                if rec.remote != 0 {
+                    remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
+                }
+                true
+            }
+            Some(rec) => {
+                let report = report.unwrap_or(&Report::SUCCESS);
+                let slot = &mut st.exits[rec.exit as usize];
+                slot.active -= 1;
+                slot.tally.record(report.outcome, report.latency);
+                if rec.site != 0 {
+                    st.site_tally(rec.site, rec.exit).record(report.outcome, report.latency);
+                }
+                st.counts.released += 1;
+                st.counts.outcomes[report.outcome as usize] += 1;
+                if rec.identity != 0 {
+                    let burned = matches!(report.outcome, crate::outcome::Outcome::Block | crate::outcome::Outcome::Captcha);
+                    let entry = st.exits[rec.exit as usize].identities.entry(rec.identity).or_insert((now, false));
+                    *entry = (now, entry.1 || burned);
+                }
+                let in_service = st.views[0].members.len() as u32;
+                let jitter = st.rng.random::<f64>();
+                st.board.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
+                if rec.remote != 0 {
+                    remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
+                }
+                true
+            }
+        };
+        let wake = (expired || released) && st.waiters > 0;
+        // A report that changed a verdict (rarely) has one to publish.
+        let verdicts = st.board.outbox.as_ref().is_some_and(|o| !o.is_empty());
+        drop(st);
+        if wake {
+            self.freed.notify_all();
+        }
+        if let (Some(fl), Some((exit, id))) = (&self.fleet, remote) {
+            // The fleet's slot ends whatever the answer: a late one was reclaimed already.
+            let r = fl.store.hand_back(&exit.id, id, report.map(|r| r.outcome));
+            self.stuck(fl, r, now);
+        }
+        if let (Some(fl), true) = (&self.fleet, verdicts) {
+            self.publish_verdicts(fl, now);
+        }
+        released
+    }
+
+    /// Where a key lives now: its live session's exit, else its ring exit. Leases nothing.
+    pub fn assign(&self, view: u32, key: &str) -> std::result::Result<Arc<Exit>, Refusal> {
+        let now = self.clock.now();
+        if let Some(fl) = &self.fleet {
+            let r = fl.store.session(key);
+            if self.heard(fl, r.as_ref().map(drop).map_err(Clone::clone), now) {
+                let st = self.state.lock();
+                if let Some(h) = r.ok().flatten().and_then(|e| st.by_id.get(&e).copied()) {
+                    return Ok(st.exits[h as usize].exit.clone());
+                }
+                return st.ring_pick(view, key, 0, now).map(|(h, _)| st.exits[h as usize].exit.clone());
+            }
+        }
+        let mut st = self.state.lock();
+        if let Some(s) = st.sessions.live(key, now) {
+            return Ok(st.exits[s.exit as usize].exit.clone());
+        }
+        let h = st.ring_pick(view, key, 0, now)?.0;
+        Ok(st.exits[h as usize].exit.clone())
+    }
+
+    /// Ends a key's session; its next lease binds afresh from the ring.
+    pub fn end_session(&self, key: &str) -> bool {
+        let now = self.clock.now();
+        // A session past its TTL had ended already, whether or not it was swept.
+        let local = self.state.lock().sessions.end(key).is_some_and(|s| s.expires > now);
+        if let Some(fl) = &self.fleet {
+            let r = fl.store.end_session(key);
+            if self.heard(fl, r.as_ref().map(drop).map_err(Clone::clone), self.clock.now()) {
+                return r.unwrap_or(false) || local;
+            }
+        }
+        local
+    }
+
+    /// The sequence number the next event will get, without taking the pool's lock.
+    #[inline]
+    pub fn event_seq(&self) -> u64 {
+        self.events_published.load(std::sync::atomic::Ordering::Acquire)
+    }
+}

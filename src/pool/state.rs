@@ -1,0 +1,407 @@
+//! The inner decision state behind the pool's mutex: exits, views, sessions, leases and
+//! health, and the decisions made over them (which exit, or why none).
+
+use super::calibrate::identity_of;
+use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE};
+use super::members::{Avoiding, ViewMembers};
+use super::{Choice, Config, Counts, Grant, Refusal};
+use crate::error::{Error, Result};
+use crate::events::EventKind;
+use crate::exit::Exit;
+use crate::health::{Admit, HealthBoard, State as Health};
+use crate::lease::{LeaseRec, Leases};
+use crate::metrics::{Tally, Waits};
+use crate::ring::{Ring, DEFAULT_SALT};
+use crate::select::{NoPick, Selector, Strategy};
+use crate::session::Sessions;
+use crate::warmup::Pairings;
+use rand::rngs::SmallRng;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub(super) struct ExitSlot {
+    pub(super) exit: Arc<Exit>,
+    /// Identity (key hash) -> (last served, burned by a block or captcha), when calibrating.
+    pub(super) identities: HashMap<u64, (f64, bool)>,
+    pub(super) active: u32,
+    /// When the exit last took a lease (pool clock), for choosing idle exits to probe.
+    pub(super) last_lease: f64,
+    pub(super) benched: bool,
+    pub(super) removed: bool,
+    pub(super) tally: Tally,
+}
+
+pub(super) struct View {
+    pub(super) filter: Vec<(String, String)>,
+    /// Handles of the matching exits in service, ascending.
+    pub(super) members: Vec<u32>,
+    pub(super) ring: Ring,
+    pub(super) weight_total: u64,
+    pub(super) selector: Selector,
+}
+
+impl View {
+    pub(super) fn matches(&self, exit: &Exit) -> bool {
+        self.filter.iter().all(|(k, v)| exit.tag(k) == Some(v.as_str()))
+    }
+}
+
+pub(super) struct State {
+    pub(super) cfg: Config,
+    pub(super) exits: Vec<ExitSlot>,
+    pub(super) by_id: HashMap<String, u32>,
+    pub(super) views: Vec<View>,
+    pub(super) view_ids: HashMap<Vec<(String, String)>, u32>,
+    pub(super) sessions: Sessions,
+    pub(super) leases: Leases,
+    pub(super) pairings: Pairings,
+    /// Site name -> id; 0 is "no site".
+    pub(super) sites: HashMap<Box<str>, u32>,
+    pub(super) site_names: Vec<Box<str>>,
+    pub(super) board: HealthBoard,
+    /// Per site, per exit handle: when it last served that site (for `lru`).
+    pub(super) last_used: Vec<Vec<f64>>,
+    pub(super) rng: SmallRng,
+    pub(super) counts: Counts,
+    pub(super) waiters: u32,
+    /// Per site, per exit handle: that pair's counts and latencies.
+    pub(super) site_tallies: Vec<Vec<Tally>>,
+    pub(super) waits: Waits,
+    pub(super) rate_prev: (f64, u64),
+    pub(super) rate_mark: (f64, u64),
+}
+
+impl State {
+    pub(super) fn site_tally(&mut self, site: u32, h: u32) -> &mut Tally {
+        if self.site_tallies.len() <= site as usize {
+            self.site_tallies.resize_with(site as usize + 1, Vec::new);
+        }
+        let row = &mut self.site_tallies[site as usize];
+        if row.len() <= h as usize {
+            row.resize_with(h as usize + 1, Tally::default);
+        }
+        &mut row[h as usize]
+    }
+
+    pub(super) fn handle(&self, exit_id: &str) -> Result<u32> {
+        match self.by_id.get(exit_id) {
+            Some(&h) if !self.exits[h as usize].removed => Ok(h),
+            _ => Err(Error::UnknownExit(exit_id.to_owned())),
+        }
+    }
+
+    pub(super) fn view(&mut self, filter: Vec<(String, String)>) -> Result<u32> {
+        if let Some(&v) = self.view_ids.get(&filter) {
+            return Ok(v);
+        }
+        let mut view = View {
+            filter: filter.clone(),
+            members: Vec::new(),
+            ring: Ring::new(self.cfg.replicas, DEFAULT_SALT)?,
+            weight_total: 0,
+            selector: Selector::default(),
+        };
+        let members: Vec<u32> = (0..self.exits.len() as u32)
+            .filter(|&h| {
+                let s = &self.exits[h as usize];
+                !s.removed && !s.benched && view.matches(&s.exit)
+            })
+            .collect();
+        view.ring = Ring::build(
+            self.cfg.replicas,
+            DEFAULT_SALT,
+            members.iter().map(|&h| {
+                let e = &self.exits[h as usize].exit;
+                (e.id.as_str(), e.capacity, h)
+            }),
+        )?;
+        view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
+        view.members = members;
+        view.selector.reset(view.members.len());
+        let id = self.views.len() as u32;
+        self.views.push(view);
+        self.view_ids.insert(filter, id);
+        Ok(id)
+    }
+
+    /// Refuses, before any view changes, an exit whose points would overfill a view's ring.
+    pub(super) fn check_room(&self, exit: &Exit) -> Result<()> {
+        self.views.iter().filter(|v| v.matches(exit)).try_for_each(|v| v.ring.check_room(&exit.id, exit.capacity))
+    }
+
+    pub(super) fn join_views(&mut self, h: u32) -> Result<()> {
+        let exit = self.exits[h as usize].exit.clone();
+        self.check_room(&exit)?;
+        for view in self.views.iter_mut().filter(|v| v.matches(&exit)) {
+            if let Err(pos) = view.members.binary_search(&h) {
+                view.ring.add(&exit.id, exit.capacity, h)?;
+                view.members.insert(pos, h);
+                view.weight_total += exit.capacity.max(1) as u64;
+                view.selector.reset(view.members.len());
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn leave_views(&mut self, h: u32) -> Result<()> {
+        let exit = self.exits[h as usize].exit.clone();
+        for view in self.views.iter_mut() {
+            if let Ok(pos) = view.members.binary_search(&h) {
+                view.ring.remove(&exit.id)?;
+                view.members.remove(pos);
+                view.weight_total -= exit.capacity.max(1) as u64;
+                view.selector.reset(view.members.len());
+            }
+        }
+        Ok(())
+    }
+
+    /// Expires overdue leases; true if any slot was freed.
+    #[inline]
+    pub(super) fn expire(&mut self, now: f64) -> bool {
+        let mut freed = false;
+        let exits = &mut self.exits;
+        let counts = &mut self.counts;
+        let board = &mut self.board;
+        let lease_ttl = self.cfg.lease_ttl;
+        self.leases.expire_due(now, |_, rec: LeaseRec| {
+            exits[rec.exit as usize].active -= 1;
+            counts.expired += 1;
+            board.abandon(rec.exit, rec.site, rec.trial);
+            board.events.push(
+                now,
+                EventKind::LeaseExpired,
+                Some(rec.exit),
+                (rec.site != 0).then_some(rec.site),
+                format!("a lease taken at {:.3} was not released within lease_ttl {lease_ttl} s; its slot is free again", rec.started),
+            );
+            freed = true;
+        });
+        freed
+    }
+
+    pub(super) fn site_id(&mut self, site: Option<&str>) -> u32 {
+        let Some(site) = site else { return 0 };
+        if let Some(&id) = self.sites.get(site) {
+            return id;
+        }
+        let id = self.sites.len() as u32 + 1;
+        self.sites.insert(site.into(), id);
+        self.site_names.push(site.into());
+        self.last_used.push(Vec::new());
+        self.board.ensure_site(id);
+        id
+    }
+
+    /// The exit for a new session of `key` in `view`: its ring exit when that exit may serve
+    /// the site (and is under its bound, with bounded loads), else the next one clockwise that
+    /// is. The walk happens only when the ring exit is out, so the common case costs one lookup.
+    pub(super) fn ring_pick(&self, view: u32, key: &str, site: u32, now: f64) -> std::result::Result<(u32, Choice), Refusal> {
+        let v = &self.views[view as usize];
+        let first = v.ring.assign(key).ok_or(Refusal::NoExits)?;
+        let admitted = |h: u32| self.board.admits(h, site, now) == Admit::Yes;
+        // Mirrokni, Thorup and Zadimoghaddam: no exit may carry more than c times its
+        // capacity-weighted share of the live sessions, counting the one being placed.
+        let total = self.sessions.total() as f64 + 1.0;
+        let under = |h: u32| match self.cfg.balance_factor {
+            None => true,
+            Some(c) => {
+                let w = self.exits[h as usize].exit.capacity.max(1) as f64;
+                (self.sessions.load(h) as f64) < (c * total * w / v.weight_total.max(1) as f64).ceil()
+            }
+        };
+        if admitted(first) && under(first) {
+            return Ok((first, Choice::Ring));
+        }
+        let walked = if admitted(first) { Choice::Bounded } else { Choice::Next };
+        if let Some(h) = v.ring.walk(key).find(|&h| admitted(h) && under(h)) {
+            return Ok((h, walked));
+        }
+        if let Some(h) = v.ring.walk(key).find(|&h| admitted(h)) {
+            return Ok((h, Choice::Next));
+        }
+        Err(self.why_none(view, site, &[], now))
+    }
+
+    /// Why no member of the view could take a lease: cooling (retry later), full (a release
+    /// will free a slot, or a probing exit's trial will come back), or out of service.
+    pub(super) fn why_none(&self, view: u32, site: u32, avoid: &[u32], now: f64) -> Refusal {
+        if let Some(wait) = self.soonest_cool(view, site, now) {
+            return Refusal::Cooling { wait, why: RATE_LIMITED_ALL };
+        }
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
+        let waitable = self.views[view as usize]
+            .members
+            .iter()
+            .filter(|h| !avoid.contains(h))
+            .any(|&h| self.exits[h as usize].active >= max_leases || self.board.state(h, Some(site)) == Health::Probing);
+        if waitable {
+            Refusal::Full
+        } else {
+            Refusal::OutOfService
+        }
+    }
+
+    /// The soonest a cooling member of the view may serve the site again, if any is cooling.
+    pub(super) fn soonest_cool(&self, view: u32, site: u32, now: f64) -> Option<f64> {
+        self.views[view as usize]
+            .members
+            .iter()
+            .filter_map(|&h| match self.board.admits(h, site, now) {
+                Admit::Cooling(until) => Some(until - now),
+                _ => None,
+            })
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.min(w))))
+    }
+
+    #[inline]
+    pub(super) fn attempt(
+        &mut self,
+        view: u32,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        now: f64,
+    ) -> std::result::Result<Grant, Refusal> {
+        let site = self.site_id(site);
+        let avoid = self.avoided(key, avoid);
+        let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
+        if let Some(key) = key {
+            if let Some(cfg) = &self.cfg.warmup {
+                if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
+                    self.board.events.push(
+                        now,
+                        EventKind::WarmingUp,
+                        Some(h),
+                        (site != 0).then_some(site),
+                        format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"),
+                    );
+                    return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
+                }
+            }
+            self.sessions.bind(key, h, now + self.cfg.session_ttl);
+        }
+        Ok(self.commit(h, choice, key, site, now, 0))
+    }
+
+    /// Where a lease would go now, deciding nothing yet: the key's session exit or its ring
+    /// exit, or the strategy's pick for a keyless lease. Refuses for the reasons the caller
+    /// can act on (a lost session, cooling, full, nothing in service). With a shared store the
+    /// store knows the sessions (`local_sessions` false): another worker may have ended one.
+    #[inline]
+    pub(super) fn decide(
+        &mut self,
+        view: u32,
+        key: Option<&str>,
+        site: u32,
+        avoid: &[u32],
+        now: f64,
+        local_sessions: bool,
+    ) -> std::result::Result<(u32, Choice), Refusal> {
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
+        self.board.poll(now);
+        self.board.gate_check(site, now).map_err(|wait| Refusal::Cooling { wait, why: INCIDENT })?;
+        match key {
+            Some(key) => {
+                self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
+                let live = if local_sessions { self.sessions.live(key, now) } else { None };
+                let (h, choice) = match live {
+                    Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
+                    None => self.ring_pick(view, key, site, now)?,
+                };
+                if self.exits[h as usize].active >= max_leases {
+                    return Err(Refusal::Full);
+                }
+                Ok((h, choice))
+            }
+            None => {
+                let strategy = self.cfg.strategy;
+                let lru = strategy == Strategy::Lru;
+                if lru && self.last_used[site as usize].len() < self.exits.len() {
+                    let n = self.exits.len();
+                    self.last_used[site as usize].resize(n, f64::NEG_INFINITY);
+                }
+                let State { views, exits, last_used, rng, cfg, board, .. } = self;
+                let v = &mut views[view as usize];
+                let members =
+                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
+                let lru_clock = lru.then_some((now, cfg.cooldown));
+                let picked = if avoid.is_empty() {
+                    v.selector.pick(strategy, &members, rng, lru_clock)
+                } else {
+                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, lru_clock)
+                };
+                let m = match picked {
+                    Ok(m) => m,
+                    Err(NoPick::Cooling(wait)) => return Err(Refusal::Cooling { wait, why: LRU_COOLDOWN }),
+                    Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
+                    Err(NoPick::Nothing) => return Err(self.why_none(view, site, avoid, now)),
+                };
+                let h = v.members[m];
+                if lru {
+                    last_used[site as usize][h as usize] = now;
+                }
+                Ok((h, Choice::Strategy(strategy)))
+            }
+        }
+    }
+
+    /// A live session's exit, if it can serve: a session never moves, so an exit that cannot
+    /// is reported (`SessionExitLost`), never silently replaced.
+    pub(super) fn session_exit(&mut self, view: u32, key: &str, h: u32, site: u32, now: f64) -> std::result::Result<u32, Refusal> {
+        let slot = &self.exits[h as usize];
+        let why = if slot.removed {
+            Some("its exit was removed from the pool")
+        } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
+            Some("its exit is outside this subset")
+        } else {
+            self.board.lost(h, site)
+        };
+        if let Some(why) = why {
+            let exit_id = slot.exit.id.clone();
+            self.board.events.push(
+                now,
+                EventKind::SessionLost,
+                Some(h),
+                (site != 0).then_some(site),
+                format!("session of key {key:?}: {why}; not moved"),
+            );
+            return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
+        }
+        match self.board.admits(h, site, now) {
+            Admit::Yes => Ok(h),
+            Admit::Cooling(until) => Err(Refusal::Cooling { wait: until - now, why: RATE_LIMITED_ONE }),
+            // Probing with every trial out: wait for one to come back.
+            Admit::No(_) => Err(Refusal::Full),
+        }
+    }
+
+    /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids
+    /// no longer in the pool are dropped. Empty, it allocates nothing.
+    pub(super) fn avoided(&self, key: Option<&str>, avoid: &[&str]) -> Vec<u32> {
+        match key {
+            Some(_) => Vec::new(),
+            None => avoid.iter().filter_map(|id| self.by_id.get(*id).copied()).collect(),
+        }
+    }
+
+    /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
+    #[inline]
+    pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
+        self.board.gate_pass(site, now);
+        let state = self.board.state(h, Some(site));
+        let trial = self.board.on_lease(h, site);
+        let slot = &mut self.exits[h as usize];
+        slot.active += 1;
+        slot.last_lease = now;
+        slot.tally.leases += 1;
+        let exit = slot.exit.clone();
+        let identity = match key {
+            Some(k) if self.cfg.calibrate => identity_of(k),
+            _ => 0,
+        };
+        let id = self.leases.insert(LeaseRec { exit: h, site, trial, identity, remote, started: now, expires: now + self.cfg.lease_ttl });
+        self.counts.acquired += 1;
+        Grant { id, exit, choice, state, waited: 0.0 }
+    }
+}
