@@ -54,8 +54,8 @@ pub struct PyLease {
     pub(super) state: Mutex<LeaseState>,
 }
 
-/// `avoid=`: exit ids (strings) for a keyless lease. A key with a non-empty `avoid` is bad
-/// input: an account goes to its own exit, and a caller who wants it elsewhere ends its session.
+/// `avoid=`: a collection of exit ids (str), read; which leases may have one is the core's
+/// rule (`avoid_list`: keyless leases only).
 pub(super) fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Option<Box<[Box<str>]>>> {
     if ids.is_instance_of::<PyString>() {
         return Err(invalid_input(py, "avoid must be a collection of exit ids, not one string"));
