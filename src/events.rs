@@ -110,9 +110,60 @@ impl Events {
     }
 }
 
+/// Which events a reader (the bindings' logger and callbacks) has handed on, so that each
+/// event is delivered once however many threads notice it: the first to see new events claims
+/// them all; the others, and later calls with nothing new, get nothing.
+#[derive(Debug, Default)]
+pub struct Delivered(AtomicU64);
+
+impl Delivered {
+    /// The range of events up to `published` (a `next_seq`) that this caller now owns, if
+    /// any: exactly that range, since another thread may already own the events after it.
+    /// Costs one atomic load when nothing happened, which is nearly always.
+    #[inline]
+    pub fn claim(&self, published: u64) -> Option<std::ops::Range<u64>> {
+        let from = self.0.load(Ordering::Acquire);
+        if published <= from || self.0.compare_exchange(from, published, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return None;
+        }
+        Some(from..published)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_range_is_claimed_once() {
+        let d = Delivered::default();
+        assert_eq!(d.claim(0), None, "nothing published");
+        assert_eq!(d.claim(3), Some(0..3));
+        assert_eq!(d.claim(3), None, "claimed already");
+        assert_eq!(d.claim(2), None, "an older view claims nothing");
+        assert_eq!(d.claim(5), Some(3..5));
+    }
+
+    #[test]
+    fn racing_claimers_share_out_every_event_once() {
+        let d = Delivered::default();
+        let claimed = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (d, claimed) = (&d, &claimed);
+                s.spawn(move || {
+                    for seq in 1..=1000u64 {
+                        if let Some(r) = d.claim(seq + t % 2) {
+                            claimed.lock().unwrap().extend(r);
+                        }
+                    }
+                });
+            }
+        });
+        let mut all = claimed.into_inner().unwrap();
+        all.sort();
+        assert_eq!(all, (0..1001).collect::<Vec<u64>>());
+    }
 
     #[test]
     fn bounded_and_paged_by_sequence() {

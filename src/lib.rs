@@ -5,8 +5,10 @@
 //!
 //! Module dependencies run one way, without cycles: `seed`, `hash`, `events` and
 //! `proxy_syntax` use no other module; `mask` uses `proxy_syntax`; `error` uses `mask`; the
-//! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers.
+//! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers;
+//! `acquire` (waiting for a slot) builds on `pool`.
 
+mod acquire;
 mod clock;
 mod config_file;
 mod error;
@@ -33,9 +35,11 @@ mod warmup;
 #[cfg(feature = "python")]
 mod py;
 
+pub use acquire::{avoid_list, wait_budget, wait_for_slot, WaitStart, INTERRUPT_CHECK};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, Warmup};
 pub use error::{Error, Result, Setting};
+pub use events::Delivered;
 pub use exit::Exit;
 pub use health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 pub use lease::LeaseId;
@@ -44,7 +48,7 @@ pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
     after_fork, before_fork, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, Pool, PoolFigures,
-    Recalibration, Refusal, SiteRecord, Snapshot, COOLING, RENEW_SLACK,
+    Recalibration, Refusal, SiteRecord, Snapshot, SnapshotDocument, COOLING, RENEW_SLACK,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import collections
 import threading
 import time
@@ -263,6 +264,24 @@ def test_a_waiting_sync_lease_releases_the_gil():
     # the odd scheduling hiccup of a busy machine.
     stalled = sum(g for g in gaps if g > 0.02)
     assert stalled < 0.12, (stalled, max(gaps))
+    pool.release(held)
+
+
+def test_ctrl_c_ends_a_waiting_sync_lease():
+    pool = Pool(make_exits(1), max_leases=1)
+    held = pool.acquire()
+    # Ctrl-C as Python sees it: the main thread's next signal check raises KeyboardInterrupt.
+    interrupter = threading.Timer(0.2, _thread.interrupt_main)
+    interrupter.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.acquire(timeout=30)
+    finally:
+        interrupter.cancel()
+    assert time.monotonic() - started < 20, "the wait ran to its timeout instead of seeing Ctrl-C"
+    snap = pool.snapshot()
+    assert (snap["live_leases"], snap["counts"]["acquired"], snap["counts"]["waits"]) == (1, 1, 0)
     pool.release(held)
 
 

@@ -7,8 +7,9 @@ use crate::events::EventKind;
 use crate::exit::Exit;
 use std::sync::Arc;
 
-/// One capacity that `recalibrate` changed (0: benched).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One capacity that `recalibrate` changed (0: benched). Serializes (for `recalibrate()`)
+/// with the keys of the stub's `Recalibration` TypedDict, in this order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Recalibration {
     pub exit_id: String,
     pub old: u32,

@@ -9,12 +9,14 @@
 //! answers), `state` (the inner decision state behind the mutex), `members` (a view's exits as
 //! the selection strategies see them), `exits` (adding, benching, probing and judging exits),
 //! `fleet` (fleet mode: the decisions a shared store makes), `snapshot` (the records a reader
-//! gets), `calibrate` (capacities measured from burned identities) and `fork` (the pools'
-//! locks across a fork). This file holds the
+//! gets), `document` (the snapshot as one serde document, every derived figure in it),
+//! `calibrate` (capacities measured from burned identities) and `fork` (the pools' locks
+//! across a fork). This file holds the
 //! pool and its lease API.
 
 mod calibrate;
 mod config;
+mod document;
 mod exits;
 mod fleet;
 mod fork;
@@ -25,6 +27,7 @@ mod state;
 
 pub use calibrate::Recalibration;
 pub use config::{check_max_leases, Config};
+pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal};

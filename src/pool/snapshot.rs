@@ -7,8 +7,9 @@ use crate::health::{Admit, State as Health};
 use crate::metrics::Tally;
 use std::sync::Arc;
 
-/// One event, with names resolved.
-#[derive(Debug, Clone, PartialEq)]
+/// One event, with names resolved. Serializes (for `pool.events()`) with the keys of the
+/// stub's `Event` TypedDict, in this order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct EventRecord {
     pub seq: u64,
     pub time: f64,

@@ -3,7 +3,7 @@
 
 use super::errors::{at_key, invalid_at, invalid_input, IntoPyResult};
 use super::exit::{extract_int, shown_int, PyExit};
-use super::pool::shown_repr;
+use super::lease::shown_repr;
 use super::text::any_text;
 use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
 use crate::health::HealthConfig;

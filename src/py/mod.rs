@@ -1,12 +1,22 @@
-//! The Python bindings: convert, delegate, map errors. No logic lives here.
+//! The Python bindings: they convert arguments and results, delegate to the core, and map its
+//! errors to exceptions; the rules are the core's. What stays here is what only a binding can
+//! know: which Python values an argument accepts (anything else is `InvalidInput`, named), when
+//! to release the GIL (around anything that waits or talks to a store), handing the core's
+//! events to Python callbacks, and a `Lease` object's own state (entered, reported, ended).
+//!
+//! `pool` is `Pool`, `lease` is `Lease` and its report's arguments, `snapshot` and `events` turn
+//! the core's records into Python data, `errors` is the one place errors become exceptions.
 
 mod clock;
 mod config;
 mod errors;
+mod events;
 mod exit;
+mod lease;
 mod pool;
 mod ring;
 mod rules;
+mod snapshot;
 mod text;
 
 use pyo3::prelude::*;
@@ -22,7 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;
     m.add_class::<pool::PyPool>()?;
-    m.add_class::<pool::PyLease>()?;
+    m.add_class::<lease::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<config::PyConfigFile>()?;
     m.add_function(wrap_pyfunction!(exit::parse_exits, m)?)?;

@@ -1,0 +1,373 @@
+//! The snapshot as a reader gets it: one document with every figure, the derived ones
+//! (time in state, recent rates, latency quantiles, per-site totals, the half-open success
+//! rate, the exit x site matrix) computed here, once. Its fields are, in order, the keys of the
+//! stub's `Snapshot` TypedDict (`python/exitpool/_core.pyi`): the bindings convert it with one
+//! serde call, so the order of fields here is the order of keys a Python reader sees.
+//!
+//! Lists serialize as sequences and never as tuples (a fixed-size array would be a tuple).
+
+use super::{Cell, ExitRecord, Pool, Snapshot};
+use crate::health::State as Health;
+use crate::metrics::Tally;
+use crate::outcome::OUTCOMES;
+use crate::store::ExitCounts;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+
+/// The schema's version, `Snapshot["version"]`.
+pub const VERSION: u32 = 1;
+
+/// The matrix's columns, the order of every cell's values.
+pub const MATRIX_COLUMNS: &[&str] = &["state", "reports", "success_rate", "captcha_rate", "p50", "p95", "p99", "quarantines"];
+
+/// Everything `Pool::snapshot` saw, with the fleet's figures and the store's status, taken at
+/// once; serializes as the document.
+pub struct SnapshotDocument {
+    snap: Snapshot,
+    /// Fleet-wide figures, indexed like `snap.exits`; `None` without a store, or while it does
+    /// not answer.
+    fleet: Option<Vec<ExitCounts>>,
+    /// The store's URL (masked) and whether it answers; `None` for a pool of its own.
+    store: Option<(String, bool)>,
+}
+
+impl Pool {
+    /// The snapshot as one document, with the fleet's figures. With a shared store this asks
+    /// the store: call it without holding anything others wait for.
+    pub fn snapshot_document(&self) -> SnapshotDocument {
+        let snap = self.snapshot();
+        let ids: Vec<&str> = snap.exits.iter().map(|e| e.exit.id.as_str()).collect();
+        let fleet = self.fleet_counts(&ids);
+        SnapshotDocument { snap, fleet, store: self.store_status() }
+    }
+}
+
+impl Serialize for SnapshotDocument {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        Document::new(self).serialize(s)
+    }
+}
+
+#[derive(Serialize)]
+struct Document<'a> {
+    version: u32,
+    time: f64,
+    pool: PoolDoc<'a>,
+    counts: CountsDoc,
+    exits: Vec<ExitDoc<'a>>,
+    sites: Vec<SiteDoc<'a>>,
+    matrix: Matrix<'a>,
+    sessions: usize,
+    live_leases: usize,
+    store: Option<StoreDoc<'a>>,
+}
+
+impl<'a> Document<'a> {
+    fn new(d: &'a SnapshotDocument) -> Document<'a> {
+        let snap = &d.snap;
+        Document {
+            version: VERSION,
+            time: snap.now,
+            pool: PoolDoc::new(snap),
+            counts: CountsDoc {
+                acquired: snap.counts.acquired,
+                released: snap.counts.released,
+                expired: snap.counts.expired,
+                ignored_releases: snap.counts.ignored_releases,
+                waits: snap.counts.waits,
+                outcomes: OutcomeCounts(snap.counts.outcomes),
+            },
+            exits: snap.exits.iter().map(|e| ExitDoc::new(e, snap.now)).collect(),
+            sites: snap.sites.iter().map(|s| SiteDoc { site: &s.site, incident: s.incident, outcomes: site_totals(&s.cells) }).collect(),
+            matrix: Matrix { snap },
+            sessions: snap.sessions,
+            live_leases: snap.live_leases,
+            store: d.store.as_ref().map(|(url, online)| StoreDoc {
+                url,
+                online: *online,
+                exits: FleetExits { snap, fleet: d.fleet.as_deref() },
+            }),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PoolDoc<'a> {
+    exits: usize,
+    in_service: u32,
+    benched: u32,
+    states: StateCounts,
+    throughput: f64,
+    gini: f64,
+    ejected_fraction: f64,
+    half_open: HalfOpen,
+    wait: Waits,
+    incidents: &'a [String],
+    global_incident: bool,
+    sessions: usize,
+    live_leases: usize,
+}
+
+impl<'a> PoolDoc<'a> {
+    fn new(snap: &'a Snapshot) -> PoolDoc<'a> {
+        let f = &snap.pool;
+        PoolDoc {
+            exits: snap.exits.len(),
+            in_service: f.in_service,
+            benched: f.benched,
+            states: StateCounts(f.states),
+            throughput: f.throughput,
+            gini: f.gini,
+            ejected_fraction: f.ejected_fraction,
+            half_open: HalfOpen {
+                trials: f.trials,
+                succeeded: f.trials_recovered,
+                success_rate: (f.trials > 0).then(|| f.trials_recovered as f64 / f.trials as f64),
+            },
+            wait: Waits { p50: f.wait_p50, p99: f.wait_p99 },
+            incidents: &f.incidents,
+            global_incident: f.global_incident,
+            sessions: snap.sessions,
+            live_leases: snap.live_leases,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct HalfOpen {
+    trials: u64,
+    succeeded: u64,
+    success_rate: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Waits {
+    p50: f64,
+    p99: f64,
+}
+
+#[derive(Serialize)]
+struct CountsDoc {
+    acquired: u64,
+    released: u64,
+    expired: u64,
+    ignored_releases: u64,
+    waits: u64,
+    outcomes: OutcomeCounts,
+}
+
+#[derive(Serialize)]
+struct ExitDoc<'a> {
+    exit_id: &'a str,
+    /// Masked.
+    proxy: &'a str,
+    ip: Option<String>,
+    capacity: u32,
+    tags: Tags<'a>,
+    state: &'static str,
+    state_since: f64,
+    time_in_state: f64,
+    quarantines: u32,
+    quarantined_seconds: f64,
+    benched: bool,
+    active_leases: u32,
+    sessions: u32,
+    leases: u64,
+    outcomes: OutcomeCounts,
+    success_rate: Option<f64>,
+    captcha_rate: Option<f64>,
+    latency: Latency,
+    weight: f64,
+}
+
+impl<'a> ExitDoc<'a> {
+    fn new(e: &'a ExitRecord, now: f64) -> ExitDoc<'a> {
+        let rates = e.tally.recent_rates();
+        ExitDoc {
+            exit_id: &e.exit.id,
+            proxy: e.exit.proxy.masked(),
+            ip: e.exit.ip.map(|ip| ip.to_string()),
+            capacity: e.exit.capacity,
+            tags: Tags(&e.exit.tags),
+            state: e.state.name(),
+            state_since: e.state_since,
+            time_in_state: now - e.state_since,
+            quarantines: e.quarantines,
+            quarantined_seconds: e.quarantined_seconds,
+            benched: e.benched,
+            active_leases: e.active,
+            sessions: e.sessions,
+            leases: e.tally.leases,
+            outcomes: OutcomeCounts(e.tally.outcomes),
+            success_rate: rates.map(|r| r.0),
+            captcha_rate: rates.map(|r| r.1),
+            latency: Latency::of(&e.tally),
+            weight: e.weight,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Latency {
+    p50: Option<f64>,
+    p95: Option<f64>,
+    p99: Option<f64>,
+    count: u32,
+}
+
+impl Latency {
+    fn of(t: &Tally) -> Latency {
+        Latency { p50: t.latency.quantile(0.5), p95: t.latency.quantile(0.95), p99: t.latency.quantile(0.99), count: t.latency.count() }
+    }
+}
+
+#[derive(Serialize)]
+struct SiteDoc<'a> {
+    site: &'a str,
+    incident: bool,
+    outcomes: OutcomeCounts,
+}
+
+/// A site's outcomes over every exit that served it.
+fn site_totals(cells: &[Option<Cell>]) -> OutcomeCounts {
+    let mut total = [0u64; 8];
+    for c in cells.iter().flatten() {
+        for (t, n) in total.iter_mut().zip(c.tally.outcomes) {
+            *t += n;
+        }
+    }
+    OutcomeCounts(total)
+}
+
+/// Counts by outcome, as a map from each outcome's name in `OUTCOMES` order.
+struct OutcomeCounts([u64; 8]);
+
+impl Serialize for OutcomeCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(OUTCOMES.iter().map(|o| o.name()).zip(self.0))
+    }
+}
+
+/// Exits by health state, as a map from each state's name in `Health::ALL` order.
+struct StateCounts([u32; 5]);
+
+impl Serialize for StateCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(Health::ALL.iter().map(|h| h.name()).zip(self.0))
+    }
+}
+
+/// An exit's tags as a map, in their (sorted) order.
+struct Tags<'a>(&'a [(String, String)]);
+
+impl Serialize for Tags<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
+/// The exit x site matrix, compact: one row per exit (in `exits` order), one cell per site,
+/// each cell a list in `columns` order or None where the exit has not served the site.
+struct Matrix<'a> {
+    snap: &'a Snapshot,
+}
+
+impl Serialize for Matrix<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shape<'a> {
+            exits: Vec<&'a str>,
+            sites: Vec<&'a str>,
+            columns: &'static [&'static str],
+            cells: Rows<'a>,
+        }
+        let snap = self.snap;
+        Shape {
+            exits: snap.exits.iter().map(|e| e.exit.id.as_str()).collect(),
+            sites: snap.sites.iter().map(|s| s.site.as_str()).collect(),
+            columns: MATRIX_COLUMNS,
+            cells: Rows(snap),
+        }
+        .serialize(s)
+    }
+}
+
+/// The matrix's rows, built while serializing: 10,000 cells need no list of their own.
+struct Rows<'a>(&'a Snapshot);
+
+impl Serialize for Rows<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let snap = self.0;
+        let mut rows = s.serialize_seq(Some(snap.exits.len()))?;
+        for i in 0..snap.exits.len() {
+            rows.serialize_element(&Row { snap, exit: i })?;
+        }
+        rows.end()
+    }
+}
+
+struct Row<'a> {
+    snap: &'a Snapshot,
+    exit: usize,
+}
+
+impl Serialize for Row<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut row = s.serialize_seq(Some(self.snap.sites.len()))?;
+        for site in &self.snap.sites {
+            row.serialize_element(&site.cells[self.exit].as_ref().map(CellDoc))?;
+        }
+        row.end()
+    }
+}
+
+/// One cell: its values in `MATRIX_COLUMNS` order.
+struct CellDoc<'a>(&'a Cell);
+
+impl Serialize for CellDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let rates = c.tally.recent_rates();
+        let mut seq = s.serialize_seq(Some(MATRIX_COLUMNS.len()))?;
+        seq.serialize_element(c.state_name())?;
+        seq.serialize_element(&c.tally.reports())?;
+        seq.serialize_element(&rates.map(|r| r.0))?;
+        seq.serialize_element(&rates.map(|r| r.1))?;
+        seq.serialize_element(&c.tally.latency.quantile(0.5))?;
+        seq.serialize_element(&c.tally.latency.quantile(0.95))?;
+        seq.serialize_element(&c.tally.latency.quantile(0.99))?;
+        seq.serialize_element(&c.quarantines)?;
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct StoreDoc<'a> {
+    /// Masked.
+    url: &'a str,
+    online: bool,
+    exits: FleetExits<'a>,
+}
+
+/// Fleet-wide figures by exit id; empty while the store does not answer.
+struct FleetExits<'a> {
+    snap: &'a Snapshot,
+    fleet: Option<&'a [ExitCounts]>,
+}
+
+impl Serialize for FleetExits<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct FleetExit {
+            active: u64,
+            leases: u64,
+            outcomes: OutcomeCounts,
+        }
+        let counts = self.fleet.unwrap_or_default();
+        let mut map = s.serialize_map(Some(counts.len()))?;
+        for (e, c) in self.snap.exits.iter().zip(counts) {
+            map.serialize_entry(&e.exit.id, &FleetExit { active: c.active, leases: c.leases, outcomes: OutcomeCounts(c.outcomes) })?;
+        }
+        map.end()
+    }
+}
