@@ -20,6 +20,15 @@ pub fn check_ceiling(key: &[&'static str], v: f64) -> crate::error::Result<()> {
     Ok(())
 }
 
+/// A wait or an idle time given per call (`timeout=`, `idle=`): any finite number of seconds
+/// from 0 up (no ceiling: a wait is bounded by its caller, not kept as a setting).
+pub fn check_wait(key: &'static str, v: f64) -> crate::error::Result<f64> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(crate::error::Error::setting(&[key], format!("{v} must be a finite number of seconds >= 0")));
+    }
+    Ok(v)
+}
+
 /// Seconds on a monotonic scale; only differences mean anything.
 pub trait Clock: Send + Sync {
     fn now(&self) -> f64;

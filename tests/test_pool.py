@@ -929,6 +929,11 @@ def test_bad_input_on_a_live_pool_changes_nothing(pool, clock):
     with pytest.raises(InvalidInput) as e:
         pool.lease("k", timeout=-1)
     assert str(e.value) == "timeout -1 must be a finite number of seconds >= 0"
+    assert e.value.loc == ("timeout",)
+    with pytest.raises(InvalidInput) as e:
+        pool.probe_due(idle=float("inf"))
+    assert str(e.value) == "idle inf must be a finite number of seconds >= 0"
+    assert e.value.loc == ("idle",)
     with pytest.raises(InvalidInput) as e:
         pool.acquire("k", timeout=float("nan"))
     assert str(e.value) == "timeout NaN must be a finite number of seconds >= 0"

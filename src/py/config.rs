@@ -14,13 +14,6 @@ use pythonize::PythonizeError;
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::Deserialize;
 
-pub fn seconds(py: Python<'_>, name: &str, v: f64) -> PyResult<f64> {
-    if !v.is_finite() || v < 0.0 {
-        return Err(invalid_input(py, format!("{name} {v} must be a finite number of seconds >= 0")));
-    }
-    Ok(v)
-}
-
 pub fn extract_warmup(py: Python<'_>, w: &Bound<'_, PyAny>) -> PyResult<Option<WarmupConfig>> {
     if w.is_none() {
         return Ok(None);

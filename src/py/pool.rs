@@ -2,7 +2,7 @@
 //! turn refusals into exceptions; the decisions are the core's.
 
 use super::clock::PyManualClock;
-use super::config::{extract_health, extract_warmup, seconds};
+use super::config::{extract_health, extract_warmup};
 use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
@@ -45,7 +45,7 @@ fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>
 }
 
 fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
-    timeout.map(|t| seconds(py, "timeout", t)).transpose()
+    timeout.map(|t| crate::clock::check_wait("timeout", t)).transpose().py_err(py)
 }
 
 #[pymethods]
@@ -342,7 +342,7 @@ impl PyPool {
     /// exits, and exits in service that took no lease for `idle` seconds.
     #[pyo3(signature = (idle=Float(30.0)), text_signature = "($self, idle=30.0)")]
     fn probe_due(&self, py: Python<'_>, idle: Float) -> PyResult<Vec<PyExit>> {
-        let idle = seconds(py, "idle", idle.0)?;
+        let idle = crate::clock::check_wait("idle", idle.0).py_err(py)?;
         Ok(self.core.probe_due(idle).into_iter().map(|inner| PyExit { inner }).collect())
     }
 
