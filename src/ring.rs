@@ -112,19 +112,7 @@ impl Ring {
         let mut fresh = Vec::new();
         self.points_of(id, capacity, owner, &mut fresh);
         fresh.sort_unstable_by_key(|p| (p.pos, p.owner));
-        let old = std::mem::take(&mut self.points);
-        let mut merged = Vec::with_capacity(old.len() + fresh.len());
-        let (mut a, mut b) = (old.into_iter().peekable(), fresh.into_iter().peekable());
-        loop {
-            let take_a = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) => (x.pos, x.owner) <= (y.pos, y.owner),
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            merged.push(if take_a { a.next() } else { b.next() }.unwrap_or(Point { pos: 0, owner: 0 }));
-        }
-        self.points = merged;
+        self.merge_in(&fresh);
         self.reindex();
         Ok(())
     }
@@ -262,22 +250,48 @@ impl Ring {
         }
     }
 
-    /// Rebuilds the bucket table, sized so that a bucket holds about one point.
+    /// Merges sorted points into the sorted array in place, from the back: no second array
+    /// (a 100,000-exit ring is 256 MB), one pass, and on equal points the old one stays first.
+    fn merge_in(&mut self, fresh: &[Point]) {
+        let key = |p: &Point| (p.pos, p.owner);
+        let old = self.points.len();
+        // Exact: doubling a ring of hundreds of megabytes would reserve as much again.
+        self.points.reserve_exact(fresh.len());
+        self.points.resize(old + fresh.len(), Point { pos: 0, owner: 0 });
+        let (mut i, mut j) = (old, fresh.len());
+        for k in (0..self.points.len()).rev() {
+            if j == 0 {
+                break;
+            }
+            if i > 0 && key(&self.points[i - 1]) > key(&fresh[j - 1]) {
+                i -= 1;
+                self.points[k] = self.points[i];
+            } else {
+                j -= 1;
+                self.points[k] = fresh[j];
+            }
+        }
+    }
+
+    /// Rebuilds the bucket table, sized so that a bucket holds about one point: counts per
+    /// bucket, then a running sum. One pass in point order with no data-dependent branch (a
+    /// merge of buckets against points mispredicted about once a bucket: 100 ms at 16 million
+    /// points, paid on every `add` and `remove`).
     fn reindex(&mut self) {
         let n = self.points.len().max(1);
         let bits = (usize::BITS - (n - 1).leading_zeros()).clamp(1, 24);
         self.shift = 64 - bits;
         let count = 1usize << bits;
         self.buckets.clear();
-        self.buckets.reserve(count + 1);
-        let mut i = 0usize;
-        for b in 0..count {
-            while i < self.points.len() && ((self.points[i].pos >> self.shift) as usize) < b {
-                i += 1;
-            }
-            self.buckets.push(i as u32);
+        self.buckets.resize(count + 1, 0);
+        for p in &self.points {
+            self.buckets[(p.pos >> self.shift) as usize + 1] += 1;
         }
-        self.buckets.push(self.points.len() as u32);
+        let mut first = 0u32;
+        for b in &mut self.buckets {
+            first += *b;
+            *b = first;
+        }
     }
 }
 
@@ -443,6 +457,10 @@ mod tests {
     }
 
     fn check(ring: &Ring) {
+        // The table itself: entry b is the first point whose top bits are at least b.
+        for (b, &first) in ring.buckets.iter().enumerate() {
+            assert_eq!(first as usize, ring.points.partition_point(|p| ((p.pos >> ring.shift) as usize) < b), "bucket {b}");
+        }
         let probes = probes(ring);
         let mut batch = vec![0; probes.len()];
         assert!(ring.assign_positions(&probes, &mut batch));
