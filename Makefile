@@ -44,6 +44,7 @@ test-python: dev test-deps ## a quick build with the test extras (see dev), then
 bench: $(BIN)/python ## the benchmarks (release build)
 	$(BIN)/pip install -q ".[bench]"
 	$(BIN)/python bench/ring.py
+	$(BIN)/python bench/scale.py
 
 # The `docs` extra's requirements, quoted for the shell, read from pyproject.toml (their one
 # source): the site needs MkDocs only, not the extension that `pip install ".[docs]"` would build.

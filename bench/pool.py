@@ -63,6 +63,7 @@ try:
     from exitpool import Exit, ManualClock, Pool
 except ImportError:  # pragma: no cover - a message is more useful than a traceback here
     sys.exit("exitpool is not importable: run `maturin develop --release` first")
+from timing import best_of, cpu_sample, floor_ns, floor_parts, fmt_ns, keyed_pairs, keyless_pairs, ns_per, others_share
 
 TARGET_PAIR = 15.0  # acquire + release: exitpool at least 15x faster than PurePool
 TARGET_WITH_NS = 2_000.0  # a whole empty `with pool.lease(key)` block: under 2 us
@@ -250,24 +251,6 @@ class PurePool:
 # Timing helpers. Every loop below lives in a function (fast locals), the same for both pools.
 
 
-def best_of(fn, repeat: int) -> float:
-    """Best wall time of `repeat` runs of fn(), in seconds, with the GC off while timing.
-
-    Runs are short (CHUNK operations, about a millisecond for exitpool) and many, so that on a
-    shared machine the best of them is a run that no other process interrupted."""
-    best = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        gc.enable()
-    return best
-
-
 def race(fn_a, fn_b, repeat: int):
     """Best wall times (seconds) of fn_a and fn_b, run alternately `repeat` times each, so that
     background load on a shared machine falls on both alike."""
@@ -285,24 +268,6 @@ def race(fn_a, fn_b, repeat: int):
     finally:
         gc.enable()
     return best_a, best_b
-
-
-def keyed_pairs(pool, seq):
-    def run():
-        acquire, release = pool.acquire, pool.release
-        for k in seq:
-            release(acquire(k))
-
-    return run
-
-
-def keyless_pairs(pool, n):
-    def run():
-        acquire, release = pool.acquire, pool.release
-        for _ in itertools.repeat(None, n):
-            release(acquire())
-
-    return run
 
 
 def keyed_blocks(pool, seq):
@@ -359,40 +324,6 @@ def best_threaded(run, repeat: int) -> float:
         finally:
             gc.enable()
     return best
-
-
-def ns_per(seconds: float, n: int) -> float:
-    return seconds * 1e9 / n
-
-
-def fmt_ns(v):
-    if v is None:
-        return "-"
-    if v >= 1e6:
-        return f"{v / 1e6:,.2f} ms"
-    if v >= 10_000:
-        return f"{v / 1e3:,.1f} us"
-    return f"{v:,.0f} ns"
-
-
-def cpu_sample():
-    """(machine busy seconds, machine total seconds, this process's CPU seconds), or None off Linux."""
-    try:
-        with open("/proc/stat") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]
-        hz = os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, AttributeError):
-        return None
-    t = os.times()
-    return (sum(ticks) - ticks[3] - ticks[4]) / hz, sum(ticks) / hz, t.user + t.system
-
-
-def others_share(before, after):
-    """Share of the machine's CPU time that other processes used between two samples."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    busy, total, own = (a - b for a, b in zip(after, before))
-    return max(0.0, busy - own) / total
 
 
 def cycle(keys, n, offset=0):
@@ -497,20 +428,6 @@ def main() -> int:
     # ---- 4. where exitpool's time goes (keyed, session hit)
     clock = ManualClock()
 
-    def loop_only():
-        for _k in seq:
-            pass
-
-    def noop0():
-        f = clock.now
-        for _k in seq:
-            f()
-
-    def noop1():
-        f = clock.advance
-        for _k in seq:
-            f(0.0)
-
     def pool_now():
         f = ep.now
         for _k in seq:
@@ -563,12 +480,13 @@ def main() -> int:
 
         return run
 
+    fl = floor_parts(ep, seq, clock, rep_ep)
     ep_acq, ep_rel = split_timed(ep, rep_ep)
     py_acq, py_rel = split_timed(py, rep_py)
     parts = [
-        ("empty Python for loop", per_op(loop_only, rep_ep), per_op(loop_only, rep_ep)),
-        ("loop + no-op Rust method, 0 args (ManualClock.now())", per_op(noop0, rep_ep), None),
-        ("loop + near no-op Rust method, 1 arg (ManualClock.advance(0.0))", per_op(noop1, rep_ep), None),
+        ("empty Python for loop", fl["loop"], fl["loop"]),
+        ("loop + no-op Rust method, 0 args (ManualClock.now())", fl["noop0"], None),
+        ("loop + near no-op Rust method, 1 arg (ManualClock.advance(0.0))", fl["noop1"], None),
         ("loop + pool.now() (method call + clock read)", per_op(pool_now, rep_ep), None),
         ("loop + list.append(k)", per_op(append_only, rep_ep), per_op(append_only, rep_ep)),
         (
@@ -578,7 +496,7 @@ def main() -> int:
         ),
         (
             "loop + pool.lease(key) (Lease object only, nothing acquired)",
-            per_op(call_each(ep.lease), rep_ep),
+            fl["lease"],
             per_op(call_each(py.lease), rep_py),
         ),
         ("loop + append(pool.acquire(key)) (acquire alone)", ep_acq, py_acq),
@@ -658,6 +576,7 @@ def main() -> int:
     print("  derived, exitpool:")
     for label, ns in derived:
         print(f"    {label:<71}{fmt_ns(ns):>10}")
+    print(f"    {'the floor: 2 calls into the extension + making and freeing a Lease':<71}{fmt_ns(floor_ns(fl)):>10}")
 
     status = "OK, agree on every key" if ring_mismatch == 0 else f"MISMATCH on {ring_mismatch} keys"
     print(
