@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import gc
 import hashlib
 import itertools
 import math
@@ -63,7 +62,7 @@ try:
     from exitpool import Exit, ManualClock, Pool
 except ImportError:  # pragma: no cover - a message is more useful than a traceback here
     sys.exit("exitpool is not importable: run `maturin develop --release` first")
-from timing import best_of, cpu_sample, floor_ns, floor_parts, fmt_ns, keyed_pairs, keyless_pairs, ns_per, others_share
+from timing import best_of, cpu_sample, floor_ns, floor_parts, fmt_ns, gc_off, keyed_pairs, keyless_pairs, noise_note, ns_per, run_report
 
 TARGET_PAIR = 15.0  # acquire + release: exitpool at least 15x faster than PurePool
 TARGET_WITH_NS = 2_000.0  # a whole empty `with pool.lease(key)` block: under 2 us
@@ -255,9 +254,7 @@ def race(fn_a, fn_b, repeat: int):
     """Best wall times (seconds) of fn_a and fn_b, run alternately `repeat` times each, so that
     background load on a shared machine falls on both alike."""
     best_a = best_b = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
+    with gc_off():
         for _ in range(repeat):
             t0 = time.perf_counter()
             fn_a()
@@ -265,8 +262,6 @@ def race(fn_a, fn_b, repeat: int):
             fn_b()
             t2 = time.perf_counter()
             best_a, best_b = min(best_a, t1 - t0), min(best_b, t2 - t1)
-    finally:
-        gc.enable()
     return best_a, best_b
 
 
@@ -317,12 +312,8 @@ def threaded(make_work, n_threads: int):
 def best_threaded(run, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
-        gc.collect()
-        gc.disable()
-        try:
+        with gc_off():
             best = min(best, run())
-        finally:
-            gc.enable()
     return best
 
 
@@ -451,9 +442,7 @@ def main() -> int:
         CHUNK leases are taken (timed), then given back (timed separately)."""
         best_a = best_r = float("inf")
         acquire, release, now = pool.acquire, pool.release, time.perf_counter
-        gc.collect()
-        gc.disable()
-        try:
+        with gc_off():
             for _ in range(repeat):
                 out = []
                 append = out.append
@@ -465,8 +454,6 @@ def main() -> int:
                     release(lease)
                 t2 = now()
                 best_a, best_r = min(best_a, t1 - t0), min(best_r, t2 - t1)
-        finally:
-            gc.enable()
         return ns_per(best_a, CHUNK), ns_per(best_r, CHUNK)
 
     def stale_release(pool):
@@ -597,25 +584,10 @@ def main() -> int:
             "\nWARNING: exitpool's acquire+release is not much faster than the pure-Python pool's; "
             "this looks like a debug build. Rebuild with `maturin develop --release`."
         )
-    share = others_share(cpu_before, cpu_sample())
-    noise = (
-        ""
-        if share is None
-        else (
-            f"; other processes used {share:.0%} of the machine's CPU time meanwhile"
-            + (" (a busy machine: expect noisy figures, rerun when it is quiet)" if share > 0.15 else "")
-        )
-    )
+    noise = noise_note(cpu_before)
     print(f"\n(total run time {time.perf_counter() - started:.0f} s{noise})")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as exc:  # always exit 0: this is a report, not a test
-        import traceback
-
-        traceback.print_exc()
-        print(f"benchmark failed: {exc!r}")
-    sys.exit(0)
+    run_report(main)

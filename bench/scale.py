@@ -20,7 +20,9 @@ exits fit the ring at the default 160 points per unit; no max_leases; cooldown 0
    A cell is the median of several timed runs of a few pairs each. The pairs per run are set
    from untimed runs of 1, 2, 4, ... pairs so that a run takes about 5 ms (at most 2,000
    pairs, at least 1): a linear-time pick at 100,000 exits costs milliseconds, so such cells
-   rest on a handful of pairs (the output says how many).
+   rest on a handful of pairs (the output says how many). A strategy's pools of every size
+   are alive together and their runs interleave, round by round, so that a slow spell of a
+   shared machine falls on every size alike rather than skewing the growth ratios.
 2. The interpreter's floor beside them, measured on each pool the way ``bench/pool.py`` does it
    (``timing.floor_ns``): two calls into the extension plus making and freeing a ``Lease``.
 3. Per row, the growth 10,000/100 and 100,000/100 exits (the issue's targets: at most 2x and
@@ -48,7 +50,7 @@ try:
     from exitpool import Exit, ManualClock, Pool
 except ImportError:  # pragma: no cover - a message is more useful than a traceback here
     sys.exit("exitpool is not importable: run `maturin develop --release` first")
-from timing import cpu_sample, floor_ns, floor_parts, fmt_ns, keyed_pairs, keyless_pairs, others_share
+from timing import cpu_sample, floor_ns, floor_parts, fmt_ns, gc_off, keyed_pairs, keyless_pairs, noise_note, run_report
 
 SIZES = (100, 1_000, 10_000, 100_000)
 STRATEGIES = ("round_robin", "weighted", "least_conn", "lru", "p2c")
@@ -69,11 +71,10 @@ def resident_bytes() -> int:
         return 0
 
 
-def timed_cell(make_run, runs: int):
-    """(median ns per pair, pairs per run): `make_run(n)` returns a function doing n pairs.
-
-    Untimed runs of 1, 2, 4, ... pairs (until one takes a fifth of RUN_SECONDS, or MAX_PAIRS)
-    size the timed runs first, so that a slow cell stays short."""
+def sized_run(make_run):
+    """(run, pairs): `make_run(n)` returns a function doing n pairs; untimed runs of 1, 2, 4, ...
+    pairs (until one takes a fifth of RUN_SECONDS, or MAX_PAIRS) size the timed run so that a
+    slow cell stays short."""
     n = 1
     while True:
         t0 = time.perf_counter()
@@ -83,39 +84,43 @@ def timed_cell(make_run, runs: int):
             break
         n *= 2
     pairs = max(1, min(MAX_PAIRS, int(RUN_SECONDS * n / max(took, 1e-9))))
-    run = make_run(pairs)
-    per_pair = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            run()
-            per_pair.append((time.perf_counter() - t0) * 1e9 / pairs)
-    finally:
-        gc.enable()
-    return statistics.median(per_pair), pairs
+    return make_run(pairs), pairs
 
 
-def measure_size(n: int, runs: int, keys: list, clock) -> dict:
-    """Every strategy's cells at one pool size, the floor, the build times and memory."""
-    exits = [Exit(f"exit-{i:06d}", f"http://gw.example:{8000 + i % 1000}") for i in range(n)]
-    builds, cells, floors, rss_per_exit = [], {}, [], None
-    for strategy in STRATEGIES:
+def interleaved_medians(cells: dict, rounds: int) -> dict:
+    """Median ns per pair of each cell ({name: (run, pairs)}): each round times one run of every
+    cell in turn, so that a slow spell of a shared machine falls on every pool size alike."""
+    per_pair: dict = {name: [] for name in cells}
+    with gc_off():
+        for _ in range(rounds):
+            for name, (run, pairs) in cells.items():
+                t0 = time.perf_counter()
+                run()
+                per_pair[name].append((time.perf_counter() - t0) * 1e9 / pairs)
+    return {name: statistics.median(v) for name, v in per_pair.items()}
+
+
+def measure_strategy(strategy: str, exit_lists: dict, runs: int, keys: list, clock, out: dict) -> None:
+    """One strategy's cells at every size, its pools alive together so that their runs interleave;
+    adds to `out` its cells, floors and build times, and the memory per exit of the first pools."""
+    pools = {}
+    for n, exits in exit_lists.items():
         gc.collect()
         before = resident_bytes()
         t0 = time.perf_counter()
-        pool = Pool(exits, strategy=strategy, cooldown=0.0)
-        builds.append(time.perf_counter() - t0)
-        if rss_per_exit is None:
-            rss_per_exit = (resident_bytes() - before) / n
+        pools[n] = pool = Pool(exits, strategy=strategy, cooldown=0.0)
+        out["build"].setdefault(n, []).append(time.perf_counter() - t0)
+        out["rss_per_exit"].setdefault(n, (resident_bytes() - before) / n)
         for k in keys:  # every key gets its live session
             pool.release(pool.acquire(k))
-        cells[(strategy, "keyless")] = timed_cell(lambda m, pool=pool: keyless_pairs(pool, m), runs)
-        cells[(strategy, "keyed")] = timed_cell(lambda m, pool=pool: keyed_pairs(pool, cycled(keys, m)), runs)
-        floors.append(floor_ns(floor_parts(pool, keys[:FLOOR_LOOP], clock, max(3, runs))))
-        del pool
-    return {"cells": cells, "floor": statistics.median(floors), "build": statistics.median(builds), "rss_per_exit": rss_per_exit}
+    cells = {}
+    for n, pool in pools.items():
+        cells[(n, strategy, "keyless")] = sized_run(lambda m, pool=pool: keyless_pairs(pool, m))
+        cells[(n, strategy, "keyed")] = sized_run(lambda m, pool=pool: keyed_pairs(pool, cycled(keys, m)))
+    for name, median in interleaved_medians(cells, runs).items():
+        out["cells"][name] = (median, cells[name][1])
+    for n, pool in pools.items():
+        out["floor"].setdefault(n, []).append(floor_ns(floor_parts(pool, keys[:FLOOR_LOOP], clock, max(3, runs))))
 
 
 def cycled(keys: list, n: int) -> list:
@@ -157,9 +162,11 @@ def main() -> int:
 
     keys = [f"account-{i:05d}" for i in range(N_KEYS)]
     clock = ManualClock()
-    by_size = {}
-    for n in sizes:
-        by_size[n] = measure_size(n, runs, keys, clock)
+    exit_lists = {n: [Exit(f"exit-{i:06d}", f"http://gw.example:{8000 + i % 1000}") for i in range(n)] for n in sizes}
+    out: dict = {"cells": {}, "floor": {}, "build": {}, "rss_per_exit": {}}
+    for strategy in STRATEGIES:
+        measure_strategy(strategy, exit_lists, runs, keys, clock, out)
+    floor = {n: statistics.median(v) for n, v in out["floor"].items()}
 
     head = f"{'strategy':<13}{'lease':<9}" + "".join(f"{f'{n:,} exits':>18}" for n in sizes)
     head += f"{'10k/100':>10}{'100k/100':>10}{'100/floor':>11}"
@@ -168,33 +175,26 @@ def main() -> int:
     print("-" * len(head))
     for strategy in STRATEGIES:
         for lease in ("keyless", "keyed"):
-            row = {n: by_size[n]["cells"][(strategy, lease)][0] for n in sizes}
-            pairs = {n: by_size[n]["cells"][(strategy, lease)][1] for n in sizes}
+            row = {n: out["cells"][(n, strategy, lease)][0] for n in sizes}
+            pairs = {n: out["cells"][(n, strategy, lease)][1] for n in sizes}
             cells = "".join(f"{f'{fmt_ns(row[n])} [{pairs[n]:,}]':>18}" for n in sizes)
-            at_floor = row[sizes[0]] / by_size[sizes[0]]["floor"] if sizes[0] == 100 else None
+            at_floor = row[100] / floor[100] if 100 in row else None
             floor_ratio = "-" if at_floor is None else f"{at_floor:,.1f}x"
             print(f"{strategy:<13}{lease:<9}{cells}{growth(row, 10_000):>10}{growth(row, 100_000):>10}{floor_ratio:>11}")
     print("-" * len(head))
-    print(f"{'floor':<22}" + "".join(f"{fmt_ns(by_size[n]['floor']):>18}" for n in sizes) + "   (2 calls into the extension + a Lease)")
-    print(f"{'build':<22}" + "".join(f"{fmt_seconds(by_size[n]['build']):>18}" for n in sizes) + "   (median of the 5 builds)")
-    rss = "".join(f"{by_size[n]['rss_per_exit']:>16,.0f} B" for n in sizes)
+    print(f"{'floor':<22}" + "".join(f"{fmt_ns(floor[n]):>18}" for n in sizes) + "   (2 calls into the extension + a Lease)")
+    builds = "".join(f"{fmt_seconds(statistics.median(out['build'][n])):>18}" for n in sizes)
+    print(f"{'build':<22}{builds}   (median of the 5 builds)")
+    rss = "".join(f"{out['rss_per_exit'][n]:>16,.0f} B" for n in sizes)
     print(f"{'RSS per exit':<22}{rss}   (resident memory added by a build)")
     print("\nCells of a few pairs (a linear pick at a large pool) are medians of a few runs: noisier than the others.")
 
-    if 100 in by_size and by_size[100]["cells"][("weighted", "keyed")][0] > DEBUG_SUSPECT_NS:
+    if 100 in sizes and out["cells"][(100, "weighted", "keyed")][0] > DEBUG_SUSPECT_NS:
         print("\nWARNING: a keyed pair at 100 exits takes over 5 us: a debug build? Rebuild with `maturin develop --release`.")
-    share = others_share(cpu_before, cpu_sample())
-    noise = "" if share is None else f"; other processes used {share:.0%} of the machine's CPU time meanwhile"
+    noise = noise_note(cpu_before)
     print(f"\n(total run time {time.perf_counter() - started:.0f} s{noise})")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as exc:  # always exit 0: this is a report, not a test
-        import traceback
-
-        traceback.print_exc()
-        print(f"benchmark failed: {exc!r}")
-    sys.exit(0)
+    run_report(main)

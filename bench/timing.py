@@ -6,10 +6,24 @@ Imported by the scripts as a sibling module: a script run as ``python bench/x.py
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import os
+import sys
 import time
+import traceback
+
+
+@contextlib.contextmanager
+def gc_off():
+    """The garbage collector off (after a collection) while timing: a pass of it is not the code's cost."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def best_of(fn, repeat: int) -> float:
@@ -18,15 +32,11 @@ def best_of(fn, repeat: int) -> float:
     Runs are short (about a millisecond for exitpool) and many, so that on a shared machine
     the best of them is a run that no other process interrupted."""
     best = float("inf")
-    gc.collect()
-    gc.disable()
-    try:
+    with gc_off():
         for _ in range(repeat):
             t0 = time.perf_counter()
             fn()
             best = min(best, time.perf_counter() - t0)
-    finally:
-        gc.enable()
     return best
 
 
@@ -115,3 +125,22 @@ def others_share(before, after):
         return None
     busy, total, own = (a - b for a, b in zip(after, before))
     return max(0.0, busy - own) / total
+
+
+def noise_note(cpu_before) -> str:
+    """How much CPU other processes took since `cpu_before` (a `cpu_sample()`), for the last line."""
+    share = others_share(cpu_before, cpu_sample())
+    if share is None:
+        return ""
+    busy = " (a busy machine: expect noisy figures, rerun when it is quiet)" if share > 0.15 else ""
+    return f"; other processes used {share:.0%} of the machine's CPU time meanwhile{busy}"
+
+
+def run_report(main) -> None:
+    """Runs a benchmark's main and exits 0 whatever happens: a benchmark is a report, not a test."""
+    try:
+        main()
+    except Exception as exc:
+        traceback.print_exc()
+        print(f"benchmark failed: {exc!r}")
+    sys.exit(0)
