@@ -53,7 +53,7 @@ def shapes():
 
 def measure(capacities, n_keys, factor):
     exits = [Exit(f"sess-{i:04d}", f"http://gw.example:{8000 + i}", capacity=c) for i, c in enumerate(capacities)]
-    pool = Pool(exits, session_ttl=1e9, lease_ttl=1e9, balance_factor=factor)
+    pool = Pool(exits, session_ttl=1e7, lease_ttl=1e7, balance_factor=factor)
     walked = walked_late = 0
     for i in range(n_keys):
         lease = pool.acquire(f"account-{i:05d}")
