@@ -91,3 +91,19 @@ impl Clock for ManualClock {
         f64::from_bits(self.bits.load(Ordering::Acquire))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_is_any_finite_number_of_seconds_from_zero() {
+        assert_eq!(check_wait("timeout", 0.0).unwrap(), 0.0);
+        assert_eq!(check_wait("timeout", 1e12).unwrap(), 1e12);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = check_wait("idle", bad).unwrap_err();
+            assert!(e.to_string().starts_with("idle "), "{e}");
+            assert!(matches!(e, crate::error::Error::Setting(ref s) if s.key == ["idle"]));
+        }
+    }
+}

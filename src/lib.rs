@@ -36,7 +36,7 @@ mod warmup;
 mod py;
 
 pub use acquire::{avoid_list, wait_budget, wait_for_slot, WaitStart, INTERRUPT_CHECK};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{check_wait, Clock, ManualClock, SystemClock};
 pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, Warmup};
 pub use error::{Error, Result, Setting};
 pub use events::Delivered;

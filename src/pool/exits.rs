@@ -7,9 +7,7 @@ use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
 use crate::health::{Admit, Probe, State as Health};
-use crate::metrics::Tally;
 use rand::RngExt;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Pool {
@@ -70,15 +68,7 @@ impl Pool {
                 let h = st.exits.len() as u32;
                 st.board.ensure_exit(h, self.clock.now());
                 st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot {
-                    exit: Arc::new(exit),
-                    identities: HashMap::new(),
-                    active: 0,
-                    last_lease: f64::NEG_INFINITY,
-                    benched: false,
-                    removed: false,
-                    tally: Tally::default(),
-                });
+                st.exits.push(ExitSlot::new(exit));
                 h
             }
         };

@@ -39,7 +39,7 @@ use crate::exit::Exit;
 use crate::fork::{Condvar, Mutex};
 use crate::health::HealthBoard;
 use crate::lease::{LeaseId, Leases};
-use crate::metrics::{Tally, Waits};
+use crate::metrics::Waits;
 use crate::outcome::Report;
 use crate::seed::random_seed;
 use crate::session::Sessions;
@@ -74,18 +74,7 @@ impl Pool {
                 return Err(Error::DuplicateExit(e.id.clone()));
             }
         }
-        let slots: Vec<ExitSlot> = exits
-            .into_iter()
-            .map(|e| ExitSlot {
-                exit: Arc::new(e),
-                identities: HashMap::new(),
-                active: 0,
-                last_lease: f64::NEG_INFINITY,
-                benched: false,
-                removed: false,
-                tally: Tally::default(),
-            })
-            .collect();
+        let slots: Vec<ExitSlot> = exits.into_iter().map(ExitSlot::new).collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let born = clock.now();
         let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);

@@ -31,6 +31,21 @@ pub(super) struct ExitSlot {
     pub(super) tally: Tally,
 }
 
+impl ExitSlot {
+    /// A slot for an exit joining the pool: idle, in service, nothing measured yet.
+    pub(super) fn new(exit: Exit) -> ExitSlot {
+        ExitSlot {
+            exit: Arc::new(exit),
+            identities: HashMap::new(),
+            active: 0,
+            last_lease: f64::NEG_INFINITY,
+            benched: false,
+            removed: false,
+            tally: Tally::default(),
+        }
+    }
+}
+
 pub(super) struct View {
     pub(super) filter: Vec<(String, String)>,
     /// Handles of the matching exits in service, ascending.
