@@ -791,7 +791,11 @@ def test_the_readme_shows_exactly_the_exit_fields_the_loader_accepts(tmp_path):
     shown = readme_table_keys(block, "[[exit]]")
     # Exit(exit_id, proxy, *, ip, capacity, tags): the table's id is the exit_id.
     keywords = re.findall(r"(\w+)=", Exit.__text_signature__)
-    assert sorted(shown) == sorted(exitpool._config._EXIT_KEYS) == sorted(["id", "proxy", *keywords])
+    # The fields the core's [[exit]] table takes, as its refusal of an unknown key lists them.
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(write(tmp_path, '[[exit]]\nproxy = "http://gw.example:1"\nno_such_field = 1\n'))
+    accepted = re.search(r"unknown key \(the keys are ([\w, ]+)\)", str(e.value)).group(1).split(", ")
+    assert sorted(shown) == sorted(accepted) == sorted(["id", "proxy", *keywords])
     table = {"id": '"x"', "proxy": '"http://gw.example:1"', "ip": '"10.0.0.1"', "capacity": "2", "tags": '{ a = "b" }'}
     path = write(tmp_path, "[[exit]]\n" + "".join(f"{k} = {table[k]}\n" for k in shown))
     assert summary(Pool.from_config(path).exits) == [("x", "http://gw.example:1", "10.0.0.1", 2, {"a": "b"})]

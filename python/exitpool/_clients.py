@@ -51,7 +51,7 @@ def _site(host: Optional[str], port: Optional[int], default_port: bool) -> str:
 
 
 def _scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret in it masked: the core's rule (``proxy::scrub``), which the
+    """``text`` with every secret in it masked: the core's rule (``mask::scrub``), which the
     Redis store's messages follow too."""
     return _core._scrub(text, list(secrets))
 

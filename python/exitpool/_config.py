@@ -20,9 +20,6 @@ from ._exits import load_exits
 
 __all__ = ["from_config"]
 
-# The fields of an [[exit]] table, as the manual lists them.
-_EXIT_KEYS = ("id", "proxy", "ip", "capacity", "tags")
-
 
 def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **overrides: Any) -> Any:
     """Build ``cls(exits, **options)`` from the TOML file at ``path``.
