@@ -129,8 +129,8 @@ impl PyPool {
         Ok(PyPool { core: core.into_arc(), view: 0, what: "the pool".into(), dispatch: Arc::default() })
     }
 
-    /// A pool built from a TOML file; the loader and its validation live in Python
-    /// (`exitpool._config`), where `tomllib` is.
+    /// A pool built from a TOML file: the core parses and checks it (`_ConfigFile`);
+    /// `exitpool._config` reads the proxy list it names and calls `cls(...)`.
     /// Keywords given here (a `clock`, a `store` for tests) win over the file's.
     #[classmethod]
     #[pyo3(signature = (path, **overrides))]
