@@ -856,3 +856,12 @@ def test_sizes_and_integers_are_blamed_on_their_key(tmp_path, text, key, line, m
         Pool.from_config(path)
     assert str(e.value).startswith(f"{path}:{line}: {key}: {message}"), str(e.value)
     assert PASSWORD not in str(e.value)
+
+
+def test_a_proxy_line_pasted_as_exits_file_is_masked_in_the_path_read_as(tmp_path):
+    # Found by the config fuzzer: the path "read as" showed the password the name had masked.
+    path = write(tmp_path, 'exits_file = "gw.example:8000:user:Pl4ntedS3cret"\n')
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert "Pl4ntedS3cret" not in str(e.value)
+    assert "does not exist (read as '" in str(e.value) and e.value.loc == ("exits_file",)

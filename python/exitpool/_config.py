@@ -82,21 +82,24 @@ def _read_exits_file(rel: str, name: str) -> List[Exit]:
         full = os.path.join(os.path.dirname(os.path.abspath(name)), os.path.expanduser(rel))
     except (OSError, ValueError) as e:  # the working directory gone, a user name expanduser refuses
         raise _ListError(f"{_show(rel)} cannot be resolved: {_os_reason(e)}") from None
+    # The path as messages show it: the name is the user's text, masked as _show masks it (a
+    # proxy line pasted as exits_file keeps its password); the directory is the TOML file's.
+    shown = os.path.join(os.path.dirname(os.path.abspath(name)), _mask_raw(os.path.expanduser(rel)))
     try:
         st = os.stat(full)
     except FileNotFoundError:
-        raise _ListError(f"{_show(rel)} does not exist (read as {full!r})") from None
+        raise _ListError(f"{_show(rel)} does not exist (read as {shown!r})") from None
     except (OSError, ValueError) as e:  # permission denied, a name too long, a link loop, ...
-        raise _ListError(f"{_show(rel)} cannot be opened: {_os_reason(e)} (read as {full!r})") from None
+        raise _ListError(f"{_show(rel)} cannot be opened: {_os_reason(e)} (read as {shown!r})") from None
     # Only a regular file: a FIFO or a device would block or never end.
     if not stat.S_ISREG(st.st_mode):
-        raise _ListError(f"{_show(rel)} is not a file (read as {full!r})")
+        raise _ListError(f"{_show(rel)} is not a file (read as {shown!r})")
     try:
         exits = load_exits(full)
     except InvalidInput as e:
-        raise _ListError(str(e)) from None
+        raise _ListError(str(e).replace(full, shown)) from None
     except (OSError, ValueError) as e:
-        raise _ListError(f"cannot read {full!r}: {_os_reason(e)}") from None
+        raise _ListError(f"cannot read {shown!r}: {_os_reason(e)}".replace(full, shown)) from None
     if not exits:
         raise _ListError(f"{_show(rel)} holds no exits")
     return exits
