@@ -73,10 +73,12 @@ def test_round_robin_skips_benched_exits():
 # --- weighted -------------------------------------------------------------------------------------
 
 
-def test_weighted_is_smooth_nginx_order_for_5_1_1():
+def test_weighted_is_smooth_earliest_deadline_first_for_5_1_1():
     pool = Pool(abc(5, 1, 1), clock=ManualClock())  # weighted is the default
-    assert picks(pool, 7) == list("aabacaa")
-    assert picks(pool, 14) == list("aabacaa") * 2
+    # Each exit is due every 1/weight of virtual time, starting half a period in: b and c
+    # come inside the first round, and every round of seven repeats it.
+    assert picks(pool, 7) == list("aabcaaa")
+    assert picks(pool, 14) == list("aabcaaa") * 2
     with pool.lease() as lease:
         assert lease.strategy == "weighted"
 

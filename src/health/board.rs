@@ -104,6 +104,9 @@ pub struct HealthBoard {
     born: f64,
     trials: u64,
     trial_successes: u64,
+    /// Moves whenever a tunnel may have started admitting leases again (a transition, a trial
+    /// handed back): selection looks at the exits it parked as out of service only then.
+    pub readmissions: u64,
     pub events: Events,
     /// With a shared store: this worker's verdicts not yet published. `None` in a pool of its
     /// own, which pays nothing for it.
@@ -125,6 +128,7 @@ impl HealthBoard {
             born: now,
             trials: 0,
             trial_successes: 0,
+            readmissions: 0,
             events: Events::new(1000),
             outbox: None,
         }
@@ -159,6 +163,7 @@ impl HealthBoard {
             if let Some(t) = self.tunnel[h].poll(now) {
                 // Reports from leases taken before the quarantine may have counted meanwhile.
                 self.tunnel_failing -= was as u32;
+                self.readmissions += 1;
                 self.refresh(h as u32);
                 log_transition(&mut self.events, now, h as u32, None, t, &self.cfg);
             }
@@ -188,6 +193,19 @@ impl HealthBoard {
         if !t.admits(&self.cfg) {
             return Admit::No(t.state());
         }
+        self.site_admits(h, site, now)
+    }
+
+    /// Whether exit `h`'s tunnel admits a lease, whatever the site.
+    #[inline]
+    pub fn tunnel_admits(&self, h: u32) -> bool {
+        self.tunnel[h as usize].admits(&self.cfg)
+    }
+
+    /// Whether exit `h` may take a lease for `site` as far as that site goes (its breaker for
+    /// the site and the site's rate limit), given that its tunnel admits one.
+    #[inline]
+    pub fn site_admits(&self, h: u32, site: u32, now: f64) -> Admit {
         let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
         if let Some(b) = sh.breakers.get(h as usize) {
             if !b.admits(&self.cfg) {
@@ -258,7 +276,7 @@ impl HealthBoard {
     /// A lease ended with no report that speaks to its breakers (it expired): hand back its
     /// trial slots.
     pub fn abandon(&mut self, h: u32, site: u32, trial: Trial) {
-        self.tunnel[h as usize].trial_done(trial.tunnel);
+        self.trial_back(h, trial.tunnel);
         if trial.site != 0 {
             if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
                 b.trial_done(trial.site);
@@ -292,7 +310,7 @@ impl HealthBoard {
         // The tunnel.
         match Signal::for_tunnel(report.outcome, &self.cfg) {
             Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, now, jitter),
-            None => self.tunnel[hu].trial_done(trial.tunnel),
+            None => self.trial_back(h, trial.tunnel),
         }
 
         // The (exit, site) pair.
@@ -417,7 +435,14 @@ impl HealthBoard {
         }
     }
 
+    /// A tunnel trial's slot comes back: a probing exit with every trial out admits again.
+    fn trial_back(&mut self, h: u32, trial: u32) {
+        self.tunnel[h as usize].trial_done(trial);
+        self.readmissions += (trial != 0) as u64;
+    }
+
     fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
+        self.readmissions += 1;
         let until = self.tunnel[h as usize].until();
         self.share(h, None, t, until, now);
         self.count(t, None);
@@ -471,6 +496,7 @@ impl HealthBoard {
     /// global incident, the ejection cap and the minimum in service.
     fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
+        self.readmissions += (trial != 0) as u64;
         let b = &mut self.tunnel[hu];
         let was = b.failing(&self.cfg);
         let failed = b.observe(&self.cfg, signal, trial);
@@ -517,6 +543,7 @@ impl HealthBoard {
             }
         }
         if let Some(t) = self.tunnel[h as usize].revive(now) {
+            self.readmissions += 1;
             self.count(t, None);
             self.refresh(h);
             log_transition(&mut self.events, now, h, None, t, &self.cfg);
@@ -534,6 +561,7 @@ impl HealthBoard {
     /// An exit left the pool: its breakers no longer count against the cap.
     pub fn forget(&mut self, h: u32, now: f64) {
         let fresh = Breaker::new(now);
+        self.readmissions += 1;
         let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());
         if old.state().holds_a_cap_slot() {
             self.tunnel_ejected -= 1;

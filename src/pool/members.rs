@@ -27,8 +27,17 @@ impl Members for Avoiding<'_> {
     fn len(&self) -> usize {
         self.inner.len()
     }
-    fn eligible(&self, m: usize) -> bool {
-        !self.avoid.contains(&self.inner.members[m]) && self.inner.eligible(m)
+    fn full(&self, m: usize) -> bool {
+        self.inner.full(m)
+    }
+    fn serving(&self, m: usize) -> bool {
+        self.inner.serving(m)
+    }
+    fn suits(&self, m: usize) -> bool {
+        !self.avoid.contains(&self.inner.members[m]) && self.inner.suits(m)
+    }
+    fn capacity(&self, m: usize) -> u32 {
+        self.inner.capacity(m)
     }
     fn weight(&self, m: usize) -> i64 {
         self.inner.weight(m)
@@ -50,9 +59,20 @@ impl Members for ViewMembers<'_> {
         self.members.len()
     }
     #[inline]
-    fn eligible(&self, m: usize) -> bool {
-        let h = self.members[m];
-        self.exits[h as usize].active < self.max_leases && self.board.admits(h, self.site, self.now) == Admit::Yes
+    fn full(&self, m: usize) -> bool {
+        self.exits[self.members[m] as usize].active >= self.max_leases
+    }
+    #[inline]
+    fn serving(&self, m: usize) -> bool {
+        self.board.tunnel_admits(self.members[m])
+    }
+    #[inline]
+    fn suits(&self, m: usize) -> bool {
+        self.board.site_admits(self.members[m], self.site, self.now) == Admit::Yes
+    }
+    #[inline]
+    fn capacity(&self, m: usize) -> u32 {
+        self.exits[self.members[m] as usize].exit.capacity
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {

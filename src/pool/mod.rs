@@ -309,6 +309,7 @@ impl Pool {
             // No report: no evidence. The slot and the trial slots go back, as on expiry.
             Some(rec) if report.is_none() => {
                 st.exits[rec.exit as usize].active -= 1;
+                st.lease_ended(rec.exit);
                 st.counts.released += 1;
                 st.board.abandon(rec.exit, rec.site, rec.trial);
                 if rec.remote != 0 {
@@ -321,6 +322,7 @@ impl Pool {
                 let slot = &mut st.exits[rec.exit as usize];
                 slot.active -= 1;
                 slot.tally.record(report.outcome, report.latency);
+                st.lease_ended(rec.exit);
                 if rec.site != 0 {
                     st.site_tally(rec.site, rec.exit).record(report.outcome, report.latency);
                 }

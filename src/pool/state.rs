@@ -12,7 +12,7 @@ use crate::health::{Admit, HealthBoard, State as Health};
 use crate::lease::{LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
 use crate::ring::{Ring, DEFAULT_SALT};
-use crate::select::{NoPick, Selector, Strategy};
+use crate::select::{self, Context, NoPick, Selector, Strategy};
 use crate::session::Sessions;
 use crate::warmup::Pairings;
 use rand::rngs::SmallRng;
@@ -58,6 +58,24 @@ pub(super) struct View {
 impl View {
     pub(super) fn matches(&self, exit: &Exit) -> bool {
         self.filter.iter().all(|(k, v)| exit.tag(k) == Some(v.as_str()))
+    }
+}
+
+/// Exit `h`'s active leases moved from `was` to what its slot holds now: every view's selector
+/// re-ranks it (`least_conn`) and takes it back if it was at `max_leases`. Costs nothing for
+/// the other strategies until an exit leaves its bound.
+#[inline]
+pub(super) fn active_changed(views: &mut [View], cfg: &Config, slot: &ExitSlot, h: u32, was: u32) {
+    let max = cfg.max_leases.unwrap_or(u32::MAX);
+    let was_full = was >= max && slot.active < max;
+    if cfg.strategy != Strategy::LeastConn && !was_full {
+        return;
+    }
+    let load = select::load(slot.active, slot.exit.capacity);
+    for v in views.iter_mut() {
+        if let Ok(m) = v.members.binary_search(&h) {
+            v.selector.active_changed(cfg.strategy, m, load, was_full);
+        }
     }
 }
 
@@ -179,8 +197,10 @@ impl State {
         let counts = &mut self.counts;
         let board = &mut self.board;
         let lease_ttl = self.cfg.lease_ttl;
+        let (views, cfg) = (&mut self.views, &self.cfg);
         self.leases.expire_due(now, |_, rec: LeaseRec| {
             exits[rec.exit as usize].active -= 1;
+            active_changed(views, cfg, &exits[rec.exit as usize], rec.exit, exits[rec.exit as usize].active + 1);
             counts.expired += 1;
             board.abandon(rec.exit, rec.site, rec.trial);
             board.events.push(
@@ -193,6 +213,13 @@ impl State {
             freed = true;
         });
         freed
+    }
+
+    /// A lease of exit `h` ended (released or expired): see `active_changed`.
+    #[inline]
+    pub(super) fn lease_ended(&mut self, h: u32) {
+        let slot = &self.exits[h as usize];
+        active_changed(&mut self.views, &self.cfg, slot, h, slot.active + 1);
     }
 
     pub(super) fn site_id(&mut self, site: Option<&str>) -> u32 {
@@ -340,11 +367,11 @@ impl State {
                 let v = &mut views[view as usize];
                 let members =
                     ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
-                let lru_clock = lru.then_some((now, cfg.cooldown));
+                let cx = Context { site, readmissions: board.readmissions, lru: lru.then_some((now, cfg.cooldown)) };
                 let picked = if avoid.is_empty() {
-                    v.selector.pick(strategy, &members, rng, lru_clock)
+                    v.selector.pick(strategy, &members, rng, cx)
                 } else {
-                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, lru_clock)
+                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, cx)
                 };
                 let m = match picked {
                     Ok(m) => m,
@@ -355,6 +382,12 @@ impl State {
                 let h = v.members[m];
                 if lru {
                     last_used[site as usize][h as usize] = now;
+                    // Other views of the same exits keep their own idle order for the site.
+                    for (_, other) in views.iter_mut().enumerate().filter(|&(i, _)| i != view as usize) {
+                        if let Ok(m) = other.members.binary_search(&h) {
+                            other.selector.used(site, m, now);
+                        }
+                    }
                 }
                 Ok((h, Choice::Strategy(strategy)))
             }
@@ -411,6 +444,7 @@ impl State {
         slot.last_lease = now;
         slot.tally.leases += 1;
         let exit = slot.exit.clone();
+        active_changed(&mut self.views, &self.cfg, &self.exits[h as usize], h, self.exits[h as usize].active - 1);
         let identity = match key {
             Some(k) if self.cfg.calibrate => identity_of(k),
             _ => 0,

@@ -1,0 +1,279 @@
+//! Members ranked by a key, so that a pick reads the best one at the root of a tournament tree
+//! and pays O(log n) for each change, instead of looking at every member.
+//!
+//! A member that cannot serve any site (at `max_leases`, or its tunnel out of service) is
+//! parked: switched off in the tree until the pool says it may serve again (a release below
+//! the bound, or a change on the health board that can admit exits). A member that cannot serve
+//! only the site being picked for is passed over for that one pick.
+
+/// A member's rank: smaller first; the second field breaks ties (the order of last picks).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Key(pub f64, pub u64);
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    On,
+    /// At `max_leases`: comes back when a lease of its ends.
+    Full,
+    /// Its tunnel admits nothing: looked at again when the board readmits anything.
+    Sick,
+    /// Passed over by the pick under way; back on when the pick ends.
+    Skipped,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Ranking {
+    /// Leaves (a power of two, at least the member count).
+    size: usize,
+    /// `nodes[i]` is the best member below node `i`; leaves are `size..2 * size`.
+    nodes: Vec<u32>,
+    keys: Vec<Key>,
+    slots: Vec<Slot>,
+    /// Members parked `Sick`, and the board's readmission count when they were last looked at.
+    sick: Vec<u32>,
+    seen: u64,
+    /// Members passed over by the pick under way.
+    skipped: Vec<u32>,
+}
+
+impl Ranking {
+    /// Ranks `keys.len()` members, all on.
+    pub(crate) fn build(&mut self, keys: impl ExactSizeIterator<Item = Key>, readmissions: u64) {
+        let n = keys.len();
+        self.size = n.next_power_of_two().max(1);
+        self.keys.clear();
+        self.keys.extend(keys);
+        self.slots.clear();
+        self.slots.resize(n, Slot::On);
+        self.sick.clear();
+        self.skipped.clear();
+        self.seen = readmissions;
+        self.nodes.clear();
+        self.nodes.resize(2 * self.size, NONE);
+        for m in 0..n {
+            self.nodes[self.size + m] = m as u32;
+        }
+        for i in (1..self.size).rev() {
+            self.nodes[i] = self.better(self.nodes[2 * i], self.nodes[2 * i + 1]);
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    #[inline]
+    fn better(&self, a: u32, b: u32) -> u32 {
+        if a == NONE {
+            return b;
+        }
+        if b == NONE {
+            return a;
+        }
+        let (ka, kb) = (self.keys[a as usize], self.keys[b as usize]);
+        if ka.0 < kb.0 || (ka.0 == kb.0 && ka.1 <= kb.1) {
+            a
+        } else {
+            b
+        }
+    }
+
+    #[inline]
+    fn fix(&mut self, m: usize) {
+        let mut i = (self.size + m) / 2;
+        while i >= 1 {
+            self.nodes[i] = self.better(self.nodes[2 * i], self.nodes[2 * i + 1]);
+            i /= 2;
+        }
+    }
+
+    /// The best member switched on, if any.
+    #[inline]
+    pub(crate) fn top(&self) -> Option<usize> {
+        // With one leaf, that leaf (node 1) is the root.
+        let t = *self.nodes.get(1)?;
+        (t != NONE).then_some(t as usize)
+    }
+
+    #[inline]
+    pub(crate) fn key(&self, m: usize) -> Key {
+        self.keys[m]
+    }
+
+    /// Changes a member's key; a parked member keeps it for when it comes back.
+    #[inline]
+    pub(crate) fn set(&mut self, m: usize, key: Key) {
+        self.keys[m] = key;
+        if self.slots[m] == Slot::On {
+            self.fix(m);
+        }
+    }
+
+    fn switch(&mut self, m: usize, slot: Slot) {
+        let was_on = self.slots[m] == Slot::On;
+        self.slots[m] = slot;
+        if was_on != (slot == Slot::On) {
+            self.nodes[self.size + m] = if slot == Slot::On { m as u32 } else { NONE };
+            self.fix(m);
+        }
+    }
+
+    /// Parks member `m`: `full` (at `max_leases`) or sick (its tunnel admits nothing).
+    pub(crate) fn park(&mut self, m: usize, full: bool) {
+        if full {
+            self.switch(m, Slot::Full);
+        } else {
+            self.switch(m, Slot::Sick);
+            self.sick.push(m as u32);
+        }
+    }
+
+    /// A lease of member `m` ended below `max_leases`: it may serve again if it was full.
+    pub(crate) fn unfull(&mut self, m: usize) {
+        if self.slots.get(m) == Some(&Slot::Full) {
+            self.switch(m, Slot::On);
+        }
+    }
+
+    /// Whether the board has readmitted anything since the sick were last looked at.
+    #[inline]
+    pub(crate) fn stale(&self, readmissions: u64) -> bool {
+        self.seen != readmissions
+    }
+
+    /// Looks at every sick member again; `serves(m)` is `Some(full)` for one that is back in
+    /// service (parked again as full when it is at its bound), `None` for one still out.
+    pub(crate) fn recheck(&mut self, readmissions: u64, mut serves: impl FnMut(usize) -> Option<bool>) {
+        self.seen = readmissions;
+        let mut i = 0;
+        while i < self.sick.len() {
+            let m = self.sick[i] as usize;
+            if self.slots[m] != Slot::Sick {
+                self.sick.swap_remove(i);
+                continue;
+            }
+            match serves(m) {
+                Some(full) => {
+                    self.sick.swap_remove(i);
+                    self.switch(m, if full { Slot::Full } else { Slot::On });
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Switches back on every parked member for which `serves(m)`; true if any came back.
+    pub(crate) fn unpark_all(&mut self, serves: impl Fn(usize) -> bool) -> bool {
+        let mut any = false;
+        for m in 0..self.slots.len() {
+            if matches!(self.slots[m], Slot::Full | Slot::Sick) && serves(m) {
+                self.switch(m, Slot::On);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Passes over member `m` for the pick under way.
+    pub(crate) fn skip(&mut self, m: usize) {
+        self.switch(m, Slot::Skipped);
+        self.skipped.push(m as u32);
+    }
+
+    /// Ends a pick: every member passed over is back on.
+    pub(crate) fn restore(&mut self) {
+        while let Some(m) = self.skipped.pop() {
+            if self.slots[m as usize] == Slot::Skipped {
+                self.switch(m as usize, Slot::On);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranking(keys: &[f64]) -> Ranking {
+        let mut r = Ranking::default();
+        r.build(keys.iter().enumerate().map(|(i, &k)| Key(k, i as u64)), 0);
+        r
+    }
+
+    #[test]
+    fn the_root_is_the_smallest_key_switched_on() {
+        let mut r = ranking(&[5.0, 3.0, 4.0, 3.0, 9.0]);
+        assert_eq!(r.top(), Some(1), "ties go to the smaller second field");
+        r.set(1, Key(10.0, 0));
+        assert_eq!(r.top(), Some(3));
+        r.park(3, true);
+        assert_eq!(r.top(), Some(2));
+        r.skip(2);
+        assert_eq!(r.top(), Some(0));
+        r.restore();
+        assert_eq!(r.top(), Some(2));
+        r.unfull(3);
+        assert_eq!(r.top(), Some(3));
+    }
+
+    #[test]
+    fn sick_members_come_back_on_recheck_only() {
+        let mut r = ranking(&[1.0, 2.0]);
+        r.park(0, false);
+        r.unfull(0);
+        assert_eq!(r.top(), Some(1), "a release does not bring back a sick member");
+        assert!(r.stale(1));
+        r.recheck(1, |_| None);
+        assert_eq!(r.top(), Some(1));
+        r.recheck(2, |_| Some(false));
+        assert_eq!(r.top(), Some(0));
+        assert!(!r.stale(2));
+    }
+
+    #[test]
+    fn one_member_and_none() {
+        let mut r = ranking(&[1.0]);
+        assert_eq!(r.top(), Some(0));
+        r.park(0, true);
+        assert_eq!(r.top(), None);
+        let r = ranking(&[]);
+        assert_eq!(r.top(), None);
+    }
+
+    #[test]
+    fn matches_a_scan_under_random_changes() {
+        use rand::rngs::SmallRng;
+        use rand::{RngExt, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(3);
+        for n in [1usize, 2, 3, 7, 8, 33] {
+            let mut r = ranking(&vec![0.0; n]);
+            let mut on = vec![true; n];
+            for step in 0..500u64 {
+                let m = rng.random_range(0..n);
+                match rng.random_range(0..3) {
+                    0 => r.set(m, Key(rng.random_range(0..5) as f64, step)),
+                    1 => {
+                        r.park(m, true);
+                        on[m] = false
+                    }
+                    _ => {
+                        r.unfull(m);
+                        on[m] = true
+                    }
+                }
+                let want = (0..n).filter(|&i| on[i]).min_by(|&a, &b| {
+                    let (ka, kb) = (r.key(a), r.key(b));
+                    ka.0.partial_cmp(&kb.0).unwrap().then(ka.1.cmp(&kb.1)).then(a.cmp(&b))
+                });
+                let got = r.top();
+                match (want, got) {
+                    (None, None) => {}
+                    (Some(w), Some(g)) => assert_eq!(r.key(w), r.key(g), "n={n} step={step}"),
+                    _ => panic!("n={n} step={step}: want {want:?} got {got:?}"),
+                }
+            }
+        }
+    }
+}
