@@ -39,6 +39,9 @@ impl Members for Avoiding<'_> {
     fn capacity(&self, m: usize) -> u32 {
         self.inner.capacity(m)
     }
+    fn full_weight(&self, m: usize) -> i64 {
+        self.inner.full_weight(m)
+    }
     fn weight(&self, m: usize) -> i64 {
         self.inner.weight(m)
     }
@@ -81,6 +84,10 @@ impl Members for ViewMembers<'_> {
         // Round half up by hand: weights are never negative, and `f64::round` is a libm call
         // on baseline x86-64 (no SSE4.1) that perf put at 8% of a keyless pair.
         ((capacity * self.board.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
+    }
+    #[inline]
+    fn full_weight(&self, m: usize) -> i64 {
+        (self.exits[self.members[m] as usize].exit.capacity.max(1) as f64 * WEIGHT_SCALE) as i64
     }
     #[inline]
     fn active(&self, m: usize) -> u32 {

@@ -79,6 +79,8 @@ pub trait Members {
         !self.full(m) && self.serving(m) && self.suits(m)
     }
     fn weight(&self, m: usize) -> i64;
+    /// Its weight in full health: what a turn it is not there to take is worth.
+    fn full_weight(&self, m: usize) -> i64;
     fn active(&self, m: usize) -> u32;
     fn capacity(&self, m: usize) -> u32;
     /// When the member last served the site being picked for (`-inf` if never).
@@ -111,10 +113,12 @@ pub struct Selector {
     seq: u64,
 }
 
-/// A `least_conn` rank: HAProxy's (active + 1) / weight, with the capacity as the weight.
+/// A `least_conn` rank: active leases per unit of capacity. Not HAProxy's (active + 1) /
+/// weight, which sends every lease of a sequential scraper to its largest exit: idle exits
+/// rank equal here, and take turns.
 #[inline]
 pub fn load(active: u32, capacity: u32) -> f64 {
-    (active as f64 + 1.0) / capacity.max(1) as f64
+    active as f64 / capacity.max(1) as f64
 }
 
 impl Selector {
@@ -177,18 +181,20 @@ impl Selector {
                 // again at t + 1/weight, so shares follow the weights read at each pick and
                 // equal deadlines go in turn. Starting half a period in interleaves members
                 // from the first round (5, 1, 1 gives a a b c a a a).
-                if self.ranked.len() != n {
-                    let clock = self.clock;
-                    self.seq = n as u64;
-                    self.ranked.build((0..n).map(|m| Key(clock + 0.5 / members.weight(m) as f64, m as u64)), cx.readmissions);
-                }
                 let clock = self.clock;
-                let m = best(&mut self.ranked, members, cx.readmissions, |r, m| {
-                    // Passed over for this site: it gives up its turn rather than bank it.
+                // Half a period in, at full weight: the weight a member has now may be nil
+                // (out of service), which would put it out of reach once it is back.
+                let first = |m: usize| clock + 0.5 / members.full_weight(m) as f64;
+                if self.ranked.len() != n {
+                    self.seq = n as u64;
+                    self.ranked.build((0..n).map(|m| Key(first(m), m as u64)), cx.readmissions);
+                }
+                let pass_over = |r: &mut Ranking, m: usize| {
+                    // Passed over for this site: it gives up one turn rather than bank it.
                     let k = r.key(m);
-                    r.set(m, Key(k.0.max(clock) + 1.0 / members.weight(m) as f64, k.1));
-                })
-                .ok_or(NoPick::Nothing)?;
+                    r.set(m, Key(k.0.max(clock) + 1.0 / members.full_weight(m) as f64, k.1));
+                };
+                let m = best(&mut self.ranked, members, cx.readmissions, pass_over).ok_or(NoPick::Nothing)?;
                 // A member back from being parked is due now, not at its old deadline: no
                 // burst of catch-up picks.
                 let due = self.ranked.key(m).0.max(clock);
@@ -317,6 +323,7 @@ mod tests {
     /// Members with fixed answers: `full`, `sick` (tunnel out) and `unsuited` (out for the site).
     struct Fixed {
         weights: Vec<i64>,
+        full_weights: Vec<i64>,
         active: Vec<u32>,
         full: Vec<bool>,
         sick: Vec<bool>,
@@ -346,6 +353,9 @@ mod tests {
         fn capacity(&self, _: usize) -> u32 {
             1
         }
+        fn full_weight(&self, m: usize) -> i64 {
+            self.full_weights.get(m).copied().unwrap_or(self.weights[m])
+        }
         fn last_used(&self, m: usize) -> f64 {
             self.last.get(m).copied().unwrap_or(f64::NEG_INFINITY)
         }
@@ -355,6 +365,7 @@ mod tests {
         let n = weights.len();
         Fixed {
             weights: weights.to_vec(),
+            full_weights: vec![],
             active: vec![0; n],
             full: vec![false; n],
             sick: vec![false; n],
@@ -410,6 +421,20 @@ mod tests {
         members.full = vec![true; 4];
         let mut rng = SmallRng::seed_from_u64(1);
         assert_eq!(s.pick(Strategy::Weighted, &members, &mut rng, Context { readmissions: 1, ..Context::default() }), Err(NoPick::Nothing));
+    }
+
+    #[test]
+    fn weighted_takes_back_an_exit_that_was_out_when_the_tree_was_built() {
+        // Out of service from the start, with the weight that state gives (1 of 1000).
+        let mut s = Selector::default();
+        let mut members = fixed(&[1000, 1000, 1]);
+        members.full_weights = vec![1000; 3];
+        members.sick[2] = true;
+        picks(&mut s, Strategy::Weighted, &members, 6, 0);
+        members.sick[2] = false;
+        members.weights[2] = 1000;
+        let order = picks(&mut s, Strategy::Weighted, &members, 6, 1);
+        assert_eq!(order.iter().filter(|&&m| m == 2).count(), 2, "{order:?}");
     }
 
     #[test]
