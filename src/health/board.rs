@@ -237,7 +237,9 @@ impl HealthBoard {
         if r.calls < RECENT_MIN {
             return 1.0;
         }
-        let success = r.ok_bits.count_ones() as f64 / r.calls as f64;
+        // Every call a success (nearly always): a rate of exactly 1, without the division.
+        let ok = r.ok_bits.count_ones();
+        let success = if ok == r.calls { 1.0 } else { ok as f64 / r.calls as f64 };
         let speed = if r.latencies == 0 { 1.0 } else { (LATENCY_PAR / r.latency.max(1e-3)).min(1.0) };
         (success * success * speed).clamp(WEIGHT_FLOOR, 1.0)
     }
@@ -287,11 +289,10 @@ impl HealthBoard {
             sh.cool_until[hu] = now + self.cfg.cooling(report.retry_after);
         }
         let threshold = self.incident_threshold(in_service);
-        let cap = self.ejection_cap(in_service);
 
         // The tunnel.
         match Signal::for_tunnel(report.outcome, &self.cfg) {
-            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, now, jitter),
+            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, threshold, now, jitter),
             None => self.tunnel[hu].trial_done(trial.tunnel),
         }
 
@@ -311,6 +312,7 @@ impl HealthBoard {
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
                 if let Some(failed) = failed {
+                    let cap = self.ejection_cap(in_service);
                     let sh = &self.sites[site as usize];
                     let ejection = if sh.incident.is_some() {
                         Ejection::Suspended
@@ -464,19 +466,20 @@ impl HealthBoard {
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),
         };
-        self.tunnel_signal(h, signal, 0, in_service, now, jitter);
+        self.tunnel_signal(h, signal, 0, in_service, self.incident_threshold(in_service), now, jitter);
     }
 
     /// One signal into exit `h`'s tunnel breaker, judged against the whole pool: the
-    /// global incident, the ejection cap and the minimum in service.
-    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, now: f64, jitter: f64) {
+    /// global incident (`threshold`, the pool's incident threshold for `in_service`), the
+    /// ejection cap and the minimum in service.
+    #[allow(clippy::too_many_arguments)]
+    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, threshold: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         let b = &mut self.tunnel[hu];
         let was = b.failing(&self.cfg);
         let failed = b.observe(&self.cfg, signal, trial);
         let is = b.failing(&self.cfg);
         self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
-        let threshold = self.incident_threshold(in_service);
         self.judge_global(threshold, now);
         let Some(failed) = failed else { return };
         let cap = self.ejection_cap(in_service);

@@ -265,12 +265,10 @@ impl Breaker {
         }
         if self.calls >= cfg.min_calls {
             let n = self.calls as f64;
-            let captcha_rate = self.captcha_bits.count_ones() as f64 / n;
-            if captcha_rate >= cfg.captcha_rate {
+            if let Some(captcha_rate) = rate_over(self.captcha_bits, n, cfg.captcha_rate) {
                 return Some(Reason::CaptchaRate(captcha_rate, self.calls));
             }
-            let failure_rate = self.fail_bits.count_ones() as f64 / n;
-            if failure_rate >= cfg.failure_rate {
+            if let Some(failure_rate) = rate_over(self.fail_bits, n, cfg.failure_rate) {
                 return Some(Reason::FailureRate(failure_rate, self.calls));
             }
         }
@@ -358,6 +356,18 @@ impl Breaker {
             (1.0 - self.fail_bits.count_ones() as f64 / n, self.captcha_bits.count_ones() as f64 / n)
         })
     }
+}
+
+/// The share of `n` calls that the set `bits` marks, if it reaches `threshold`. Judged on
+/// every report, where the set is nearly always empty: a rate of 0 is then known without the
+/// division (which would give 0, or NaN for no calls: under any positive threshold either way).
+#[inline]
+fn rate_over(bits: u64, n: f64, threshold: f64) -> Option<f64> {
+    if bits == 0 && threshold > 0.0 {
+        return None;
+    }
+    let rate = bits.count_ones() as f64 / n;
+    (rate >= threshold).then_some(rate)
 }
 
 #[cfg(test)]
