@@ -382,6 +382,22 @@ mod tests {
         (0..n).filter_map(|_| b.record(c, s, 0, now, Ejection::Allowed, 0.5)).collect()
     }
 
+    /// The shortcut for an empty set judges as the division does, for every threshold
+    /// (zero, negative and NaN included) and for no calls at all (0/0).
+    #[test]
+    fn rate_over_is_the_division_whatever_the_set_and_threshold() {
+        for bits in [0u64, 1, 0b1011, u64::MAX] {
+            for n in [0.0, 1.0, 5.0, 64.0] {
+                for threshold in [0.0, -1.0, 1e-9, 0.25, 0.5, 1.0, f64::NAN] {
+                    let rate = bits.count_ones() as f64 / n;
+                    let want = (rate >= threshold).then_some(rate);
+                    let got = rate_over(bits, n, threshold);
+                    assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits), "bits {bits:#b}, n {n}, threshold {threshold}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn one_error_never_trips_five_do() {
         let c = cfg();
