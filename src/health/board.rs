@@ -312,20 +312,19 @@ impl HealthBoard {
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
                 if let Some(failed) = failed {
-                    let cap = self.ejection_cap(in_service);
-                    let sh = &self.sites[site as usize];
-                    let ejection = if sh.incident.is_some() {
-                        Ejection::Suspended
-                    } else if self.tunnel_ejected + sh.ejected + 1 > cap
-                        || in_service.saturating_sub(self.tunnel_ejected + sh.ejected + 1) < self.cfg.min_in_service
-                    {
-                        // For one site, an exit out for its tunnel is as unavailable as one out
-                        // for the site: both count against the cap.
-                        Ejection::Refused
-                    } else {
-                        Ejection::Allowed
+                    let sh = &mut self.sites[site as usize];
+                    let (suspended, out) = (sh.incident.is_some(), self.tunnel_ejected + sh.ejected + 1);
+                    let cfg = &self.cfg;
+                    // For one site, an exit out for its tunnel is as unavailable as one out for
+                    // the site: both count against the cap.
+                    let ejection = || {
+                        if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
+                            Ejection::Refused
+                        } else {
+                            Ejection::Allowed
+                        }
                     };
-                    let t = self.sites[site as usize].breakers[hu].judge(&self.cfg, failed, now, ejection, jitter);
+                    let t = sh.breakers[hu].judge_lazily(cfg, failed, now, suspended, ejection, jitter);
                     let sh = &mut self.sites[site as usize];
                     let after = sh.breakers[hu].failing(&self.cfg);
                     sh.failing = (sh.failing + after as u32) - is as u32;
@@ -360,7 +359,7 @@ impl HealthBoard {
     /// How many exits of those in service may be ejected at once: the configured share,
     /// rounded down, and always at least one.
     pub fn ejection_cap(&self, in_service: u32) -> u32 {
-        ((self.cfg.max_ejected * in_service as f64).floor() as u32).max(1)
+        ejection_cap(&self.cfg, in_service)
     }
 
     /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
@@ -482,25 +481,24 @@ impl HealthBoard {
         self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
         self.judge_global(threshold, now);
         let Some(failed) = failed else { return };
-        let cap = self.ejection_cap(in_service);
-        // An exit out for its tunnel is out for every site: for the site with the most exits
-        // out already (this one aside), it would be one more.
-        let site_out = self
-            .sites
-            .iter()
-            .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
-            .map(|sh| sh.ejected)
-            .max()
-            .unwrap_or(0);
-        let out = self.tunnel_ejected + site_out + 1;
-        let ejection = if self.global_incident.is_some() {
-            Ejection::Suspended
-        } else if out > cap || in_service.saturating_sub(out) < self.cfg.min_in_service {
-            Ejection::Refused
-        } else {
-            Ejection::Allowed
+        let (cfg, sites, tunnel_ejected) = (&self.cfg, &self.sites, self.tunnel_ejected);
+        let ejection = || {
+            // An exit out for its tunnel is out for every site: for the site with the most
+            // exits out already (this one aside), it would be one more.
+            let site_out = sites
+                .iter()
+                .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
+                .map(|sh| sh.ejected)
+                .max()
+                .unwrap_or(0);
+            let out = tunnel_ejected + site_out + 1;
+            if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
+                Ejection::Refused
+            } else {
+                Ejection::Allowed
+            }
         };
-        let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
+        let t = self.tunnel[hu].judge_lazily(cfg, failed, now, self.global_incident.is_some(), ejection, jitter);
         // A state change starts the breaker afresh: keep the failing count true.
         let after = self.tunnel[hu].failing(&self.cfg);
         self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
@@ -578,6 +576,13 @@ impl HealthBoard {
 }
 
 /// Logs a breaker's change of state, with its reason in words and figures.
+/// [`HealthBoard::ejection_cap`], for a caller that holds other parts of the board.
+fn ejection_cap(cfg: &HealthConfig, in_service: u32) -> u32 {
+    // `as u32` truncates, saturating: for the non-negative share it is the floor, without
+    // the libm call `floor` is on a baseline x86-64 target.
+    ((cfg.max_ejected * in_service as f64) as u32).max(1)
+}
+
 fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
     let kind = if matches!(t.reason, Reason::EjectionRefused | Reason::FleetCapRefused) {
         EventKind::EjectionRefused
@@ -588,4 +593,20 @@ fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, 
     // Site 0 is the breaker of leases without a site: to a reader, no site.
     let site = site.filter(|&s| s != 0);
     events.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from.name()), to: Some(t.to.name()), message });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cap truncates where it used to call `floor`: the same cap for every share and size.
+    #[test]
+    fn ejection_cap_is_the_floor_of_the_share() {
+        for share in [0.0, 0.05, 0.1, 0.25, 1.0 / 3.0, 0.5, 0.999, 1.0] {
+            let cfg = HealthConfig { max_ejected: share, ..HealthConfig::default() };
+            for n in 0..=100_000u32 {
+                assert_eq!(ejection_cap(&cfg, n), ((share * n as f64).floor() as u32).max(1), "share {share}, {n} in service");
+            }
+        }
+    }
 }

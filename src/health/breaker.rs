@@ -199,7 +199,23 @@ impl Breaker {
 
     /// Second half of `record`: the state change the counted evidence calls for.
     pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
-        if ejection == Ejection::Suspended {
+        self.judge_lazily(cfg, failed, now, ejection == Ejection::Suspended, || ejection, jitter)
+    }
+
+    /// [`Breaker::judge`] for the board, where `ejection` (whether this exit may be ejected,
+    /// when not `suspended` by an incident) costs a look over the pool and is asked only
+    /// when the evidence trips the breaker, which nearly no report does.
+    #[inline]
+    pub fn judge_lazily(
+        &mut self,
+        cfg: &HealthConfig,
+        failed: bool,
+        now: f64,
+        suspended: bool,
+        ejection: impl FnOnce() -> Ejection,
+        jitter: f64,
+    ) -> Option<Transition> {
+        if suspended {
             // Evidence gathered while someone else is at fault must not be held against the
             // exit once the incident is over: only the site-failing count survives.
             self.strikes = 0.0;
@@ -229,7 +245,7 @@ impl Breaker {
             }
             State::Healthy | State::Degraded => {
                 if let Some(reason) = self.trip_reason(cfg) {
-                    return match ejection {
+                    return match ejection() {
                         Ejection::Allowed => Some(self.quarantine(cfg, now, jitter, reason)),
                         _ if self.state == State::Healthy => Some(self.enter(State::Degraded, now, Reason::EjectionRefused)),
                         _ => None,
