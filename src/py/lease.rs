@@ -6,9 +6,10 @@ use super::pool::PoolHandle;
 use super::text::{text, with_str};
 use crate::acquire::{avoid_list, wait_for_slot, WaitStart};
 use crate::exit::Exit;
+use crate::health::State as Health;
 use crate::lease::LeaseId;
 use crate::outcome::{ErrorKind, Report};
-use crate::pool::{Grant, Refusal};
+use crate::pool::{Choice, Grant, Refusal};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -19,8 +20,9 @@ use std::sync::Arc;
 pub(super) struct LeaseState {
     id: Option<LeaseId>,
     exit: Option<Arc<Exit>>,
-    choice: &'static str,
-    health: &'static str,
+    /// How the exit was chosen and its health then, named only when asked: a lease that
+    /// moves through the bindings stays small.
+    chosen: Option<(Choice, Health)>,
     report: Option<Report>,
     /// Ended (released, expired, or given up before it was granted): a grant that arrives
     /// after this is handed back unused.
@@ -33,8 +35,7 @@ impl LeaseState {
     pub(super) fn take(&mut self, grant: Grant) {
         self.id = Some(grant.id);
         self.exit = Some(grant.exit);
-        self.choice = grant.choice.name();
-        self.health = grant.state.name();
+        self.chosen = Some((grant.choice, grant.state));
     }
 }
 
@@ -440,7 +441,7 @@ impl PyLease {
     #[getter]
     fn strategy(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.map(|_| st.choice)
+        st.id.and(st.chosen).map(|(choice, _)| choice.name())
     }
 
     /// The exit's health for this lease's site when it was chosen ("healthy", "degraded" or
@@ -448,7 +449,7 @@ impl PyLease {
     #[getter]
     fn exit_state(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.map(|_| st.health)
+        st.id.and(st.chosen).map(|(_, health)| health.name())
     }
 
     /// Whether the lease is live: acquired, not released, and not expired by the pool's clock
