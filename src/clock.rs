@@ -54,7 +54,10 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
+        let d = self.start.elapsed();
+        // Read twice a lease: a multiplication where `Duration::as_secs_f64` divides (the
+        // division was a fifth of a read's own cost). A pool's age fits an i64 of seconds.
+        d.as_secs() as i64 as f64 + d.subsec_nanos() as f64 * 1e-9
     }
 }
 

@@ -255,7 +255,9 @@ impl HealthBoard {
         if r.calls < RECENT_MIN {
             return 1.0;
         }
-        let success = r.ok_bits.count_ones() as f64 / r.calls as f64;
+        // Every call a success (nearly always): a rate of exactly 1, without the division.
+        let ok = r.ok_bits.count_ones();
+        let success = if ok == r.calls { 1.0 } else { ok as f64 / r.calls as f64 };
         let speed = if r.latencies == 0 { 1.0 } else { (LATENCY_PAR / r.latency.max(1e-3)).min(1.0) };
         (success * success * speed).clamp(WEIGHT_FLOOR, 1.0)
     }
@@ -305,11 +307,10 @@ impl HealthBoard {
             sh.cool_until[hu] = now + self.cfg.cooling(report.retry_after);
         }
         let threshold = self.incident_threshold(in_service);
-        let cap = self.ejection_cap(in_service);
 
         // The tunnel.
         match Signal::for_tunnel(report.outcome, &self.cfg) {
-            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, now, jitter),
+            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, threshold, now, jitter),
             None => self.trial_back(h, trial.tunnel),
         }
 
@@ -329,19 +330,19 @@ impl HealthBoard {
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
                 if let Some(failed) = failed {
-                    let sh = &self.sites[site as usize];
-                    let ejection = if sh.incident.is_some() {
-                        Ejection::Suspended
-                    } else if self.tunnel_ejected + sh.ejected + 1 > cap
-                        || in_service.saturating_sub(self.tunnel_ejected + sh.ejected + 1) < self.cfg.min_in_service
-                    {
-                        // For one site, an exit out for its tunnel is as unavailable as one out
-                        // for the site: both count against the cap.
-                        Ejection::Refused
-                    } else {
-                        Ejection::Allowed
+                    let sh = &mut self.sites[site as usize];
+                    let (suspended, out) = (sh.incident.is_some(), self.tunnel_ejected + sh.ejected + 1);
+                    let cfg = &self.cfg;
+                    // For one site, an exit out for its tunnel is as unavailable as one out for
+                    // the site: both count against the cap.
+                    let ejection = || {
+                        if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
+                            Ejection::Refused
+                        } else {
+                            Ejection::Allowed
+                        }
                     };
-                    let t = self.sites[site as usize].breakers[hu].judge(&self.cfg, failed, now, ejection, jitter);
+                    let t = sh.breakers[hu].judge_lazily(cfg, failed, now, suspended, ejection, jitter);
                     let sh = &mut self.sites[site as usize];
                     let after = sh.breakers[hu].failing(&self.cfg);
                     sh.failing = (sh.failing + after as u32) - is as u32;
@@ -376,7 +377,7 @@ impl HealthBoard {
     /// How many exits of those in service may be ejected at once: the configured share,
     /// rounded down, and always at least one.
     pub fn ejection_cap(&self, in_service: u32) -> u32 {
-        ((self.cfg.max_ejected * in_service as f64).floor() as u32).max(1)
+        ejection_cap(&self.cfg, in_service)
     }
 
     /// Queues a verdict for the fleet: the changes that take an exit out of service or put it
@@ -489,12 +490,14 @@ impl HealthBoard {
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),
         };
-        self.tunnel_signal(h, signal, 0, in_service, now, jitter);
+        self.tunnel_signal(h, signal, 0, in_service, self.incident_threshold(in_service), now, jitter);
     }
 
     /// One signal into exit `h`'s tunnel breaker, judged against the whole pool: the
-    /// global incident, the ejection cap and the minimum in service.
-    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, now: f64, jitter: f64) {
+    /// global incident (`threshold`, the pool's incident threshold for `in_service`), the
+    /// ejection cap and the minimum in service.
+    #[allow(clippy::too_many_arguments)]
+    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, threshold: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         self.readmissions += (trial != 0) as u64;
         let b = &mut self.tunnel[hu];
@@ -502,28 +505,26 @@ impl HealthBoard {
         let failed = b.observe(&self.cfg, signal, trial);
         let is = b.failing(&self.cfg);
         self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
-        let threshold = self.incident_threshold(in_service);
         self.judge_global(threshold, now);
         let Some(failed) = failed else { return };
-        let cap = self.ejection_cap(in_service);
-        // An exit out for its tunnel is out for every site: for the site with the most exits
-        // out already (this one aside), it would be one more.
-        let site_out = self
-            .sites
-            .iter()
-            .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
-            .map(|sh| sh.ejected)
-            .max()
-            .unwrap_or(0);
-        let out = self.tunnel_ejected + site_out + 1;
-        let ejection = if self.global_incident.is_some() {
-            Ejection::Suspended
-        } else if out > cap || in_service.saturating_sub(out) < self.cfg.min_in_service {
-            Ejection::Refused
-        } else {
-            Ejection::Allowed
+        let (cfg, sites, tunnel_ejected) = (&self.cfg, &self.sites, self.tunnel_ejected);
+        let ejection = || {
+            // An exit out for its tunnel is out for every site: for the site with the most
+            // exits out already (this one aside), it would be one more.
+            let site_out = sites
+                .iter()
+                .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
+                .map(|sh| sh.ejected)
+                .max()
+                .unwrap_or(0);
+            let out = tunnel_ejected + site_out + 1;
+            if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
+                Ejection::Refused
+            } else {
+                Ejection::Allowed
+            }
         };
-        let t = self.tunnel[hu].judge(&self.cfg, failed, now, ejection, jitter);
+        let t = self.tunnel[hu].judge_lazily(cfg, failed, now, self.global_incident.is_some(), ejection, jitter);
         // A state change starts the breaker afresh: keep the failing count true.
         let after = self.tunnel[hu].failing(&self.cfg);
         self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
@@ -603,6 +604,13 @@ impl HealthBoard {
 }
 
 /// Logs a breaker's change of state, with its reason in words and figures.
+/// [`HealthBoard::ejection_cap`], for a caller that holds other parts of the board.
+fn ejection_cap(cfg: &HealthConfig, in_service: u32) -> u32 {
+    // `as u32` truncates, saturating: for the non-negative share it is the floor, without
+    // the libm call `floor` is on a baseline x86-64 target.
+    ((cfg.max_ejected * in_service as f64) as u32).max(1)
+}
+
 fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, t: Transition, cfg: &HealthConfig) {
     let kind = if matches!(t.reason, Reason::EjectionRefused | Reason::FleetCapRefused) {
         EventKind::EjectionRefused
@@ -613,4 +621,20 @@ fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, 
     // Site 0 is the breaker of leases without a site: to a reader, no site.
     let site = site.filter(|&s| s != 0);
     events.push_event(Event { seq: 0, time, kind, exit: Some(exit), site, from: Some(t.from.name()), to: Some(t.to.name()), message });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cap truncates where it used to call `floor`: the same cap for every share and size.
+    #[test]
+    fn ejection_cap_is_the_floor_of_the_share() {
+        for share in [0.0, 0.05, 0.1, 0.25, 1.0 / 3.0, 0.5, 0.999, 1.0] {
+            let cfg = HealthConfig { max_ejected: share, ..HealthConfig::default() };
+            for n in 0..=100_000u32 {
+                assert_eq!(ejection_cap(&cfg, n), ((share * n as f64).floor() as u32).max(1), "share {share}, {n} in service");
+            }
+        }
+    }
 }

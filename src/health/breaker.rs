@@ -199,7 +199,23 @@ impl Breaker {
 
     /// Second half of `record`: the state change the counted evidence calls for.
     pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
-        if ejection == Ejection::Suspended {
+        self.judge_lazily(cfg, failed, now, ejection == Ejection::Suspended, || ejection, jitter)
+    }
+
+    /// [`Breaker::judge`] for the board, where `ejection` (whether this exit may be ejected,
+    /// when not `suspended` by an incident) costs a look over the pool and is asked only
+    /// when the evidence trips the breaker, which nearly no report does.
+    #[inline]
+    pub fn judge_lazily(
+        &mut self,
+        cfg: &HealthConfig,
+        failed: bool,
+        now: f64,
+        suspended: bool,
+        ejection: impl FnOnce() -> Ejection,
+        jitter: f64,
+    ) -> Option<Transition> {
+        if suspended {
             // Evidence gathered while someone else is at fault must not be held against the
             // exit once the incident is over: only the site-failing count survives.
             self.strikes = 0.0;
@@ -229,7 +245,7 @@ impl Breaker {
             }
             State::Healthy | State::Degraded => {
                 if let Some(reason) = self.trip_reason(cfg) {
-                    return match ejection {
+                    return match ejection() {
                         Ejection::Allowed => Some(self.quarantine(cfg, now, jitter, reason)),
                         _ if self.state == State::Healthy => Some(self.enter(State::Degraded, now, Reason::EjectionRefused)),
                         _ => None,
@@ -265,12 +281,10 @@ impl Breaker {
         }
         if self.calls >= cfg.min_calls {
             let n = self.calls as f64;
-            let captcha_rate = self.captcha_bits.count_ones() as f64 / n;
-            if captcha_rate >= cfg.captcha_rate {
+            if let Some(captcha_rate) = rate_over(self.captcha_bits, n, cfg.captcha_rate) {
                 return Some(Reason::CaptchaRate(captcha_rate, self.calls));
             }
-            let failure_rate = self.fail_bits.count_ones() as f64 / n;
-            if failure_rate >= cfg.failure_rate {
+            if let Some(failure_rate) = rate_over(self.fail_bits, n, cfg.failure_rate) {
                 return Some(Reason::FailureRate(failure_rate, self.calls));
             }
         }
@@ -360,6 +374,18 @@ impl Breaker {
     }
 }
 
+/// The share of `n` calls that the set `bits` marks, if it reaches `threshold`. Judged on
+/// every report, where the set is nearly always empty: a rate of 0 is then known without the
+/// division (which would give 0, or NaN for no calls: under any positive threshold either way).
+#[inline]
+fn rate_over(bits: u64, n: f64, threshold: f64) -> Option<f64> {
+    if bits == 0 && threshold > 0.0 {
+        return None;
+    }
+    let rate = bits.count_ones() as f64 / n;
+    (rate >= threshold).then_some(rate)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,6 +396,22 @@ mod tests {
 
     fn feed(b: &mut Breaker, c: &HealthConfig, s: Signal, n: usize, now: f64) -> Vec<Transition> {
         (0..n).filter_map(|_| b.record(c, s, 0, now, Ejection::Allowed, 0.5)).collect()
+    }
+
+    /// The shortcut for an empty set judges as the division does, for every threshold
+    /// (zero, negative and NaN included) and for no calls at all (0/0).
+    #[test]
+    fn rate_over_is_the_division_whatever_the_set_and_threshold() {
+        for bits in [0u64, 1, 0b1011, u64::MAX] {
+            for n in [0.0, 1.0, 5.0, 64.0] {
+                for threshold in [0.0, -1.0, 1e-9, 0.25, 0.5, 1.0, f64::NAN] {
+                    let rate = bits.count_ones() as f64 / n;
+                    let want = (rate >= threshold).then_some(rate);
+                    let got = rate_over(bits, n, threshold);
+                    assert_eq!(got.map(f64::to_bits), want.map(f64::to_bits), "bits {bits:#b}, n {n}, threshold {threshold}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl HealthBoard {
     }
 
     pub(super) fn incident_threshold(&self, in_service: u32) -> u32 {
-        ((self.cfg.incident_fraction * in_service as f64).ceil() as u32).max(self.cfg.incident_min_exits)
+        ceil_u32(self.cfg.incident_fraction * in_service as f64).max(self.cfg.incident_min_exits)
     }
 
     pub(super) fn judge_incident(&mut self, site: u32, threshold: u32, now: f64) {
@@ -160,5 +160,35 @@ impl HealthBoard {
 
     pub fn open_incidents(&self) -> Vec<u32> {
         (0..self.sites.len() as u32).filter(|&s| self.incident_open(s)).collect()
+    }
+}
+
+/// `x.ceil() as u32`, exactly (NaN, negatives, infinities and overflow saturate alike),
+/// without the libm call `ceil` is on a baseline x86-64 target: every report asks for the
+/// incident threshold.
+#[inline]
+pub(super) fn ceil_u32(x: f64) -> u32 {
+    let t = x as u32;
+    if (t as f64) < x {
+        t.saturating_add(1)
+    } else {
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ceil_u32;
+
+    /// The thresholds the pool computes (a share times a count of exits) and every edge
+    /// case: the same as `ceil() as u32`.
+    #[test]
+    fn ceil_u32_is_ceil_then_cast() {
+        let edges = [0.0, -0.0, -0.5, -3.2, 0.1, 0.5, 1.0, 2.5, 5.0, 4294967294.5, 4294967295.0, 4294967295.5, 1e20];
+        let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, f64::MIN_POSITIVE, f64::EPSILON, 1.0 - f64::EPSILON];
+        let shares = (0..=100).flat_map(|f| (0..=1000u32).map(move |n| f as f64 / 100.0 * n as f64));
+        for x in edges.into_iter().chain(specials).chain(shares) {
+            assert_eq!(ceil_u32(x), x.ceil() as u32, "{x:e}");
+        }
     }
 }

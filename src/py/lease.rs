@@ -1,14 +1,15 @@
 //! `Lease`: one lease of one exit, its acquire (and wait), its report's arguments and its end.
 
 use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
-use super::events::Dispatch;
 use super::exit::PyExit;
+use super::pool::PoolHandle;
 use super::text::{text, with_str};
 use crate::acquire::{avoid_list, wait_for_slot, WaitStart};
 use crate::exit::Exit;
+use crate::health::State as Health;
 use crate::lease::LeaseId;
 use crate::outcome::{ErrorKind, Report};
-use crate::pool::{Grant, Pool, Refusal};
+use crate::pool::{Choice, Grant, Refusal};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -19,14 +20,58 @@ use std::sync::Arc;
 pub(super) struct LeaseState {
     id: Option<LeaseId>,
     exit: Option<Arc<Exit>>,
-    choice: &'static str,
-    health: &'static str,
+    /// How the exit was chosen and its health then, named only when asked: a lease that
+    /// moves through the bindings stays small.
+    chosen: Option<(Choice, Health)>,
     report: Option<Report>,
     /// Ended (released, expired, or given up before it was granted): a grant that arrives
     /// after this is handed back unused.
     done: bool,
     /// When the async acquire first found every slot full (the sync one waits in the core).
     waited: WaitStart,
+}
+
+impl LeaseState {
+    pub(super) fn take(&mut self, grant: Grant) {
+        self.id = Some(grant.id);
+        self.exit = Some(grant.exit);
+        self.chosen = Some((grant.choice, grant.state));
+    }
+}
+
+impl PoolHandle {
+    /// One attempt that does not wait: with the GIL held for a pool of its own (the hot path),
+    /// without it when the attempt is a network round trip to a shared store.
+    #[inline]
+    fn try_once(&self, py: Python<'_>, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> Result<Grant, Refusal> {
+        if self.core.is_shared() {
+            py.detach(|| self.core.try_acquire_avoiding(self.view, key, site, avoid))
+        } else {
+            self.core.try_acquire_avoiding(self.view, key, site, avoid)
+        }
+    }
+
+    /// The sync acquire: one try with the GIL held (the common case), then the core's wait
+    /// without the GIL, taking it back between slices only to let Ctrl-C through. Events are
+    /// delivered; a refusal raises.
+    #[inline]
+    pub(super) fn acquire_sync(
+        &self,
+        py: Python<'_>,
+        key: Option<&str>,
+        site: Option<&str>,
+        avoid: &[&str],
+        timeout: Option<f64>,
+    ) -> PyResult<Grant> {
+        let result = match self.try_once(py, key, site, avoid) {
+            Err(Refusal::Full) => {
+                py.detach(|| wait_for_slot(&self.core, self.view, key, site, avoid, timeout, || Python::attach(|py| py.check_signals())))?
+            }
+            first => first,
+        };
+        self.dispatch.deliver(py, &self.core);
+        result.map_err(|r| refusal_to_py(py, r, &self.what, timeout))
+    }
 }
 
 /// How a lease ends.
@@ -42,21 +87,22 @@ pub(super) enum Ending {
 /// `pool.acquire(...)` (acquired already).
 #[pyclass(name = "Lease", module = "exitpool", frozen)]
 pub struct PyLease {
-    pub(super) core: Arc<Pool>,
-    pub(super) dispatch: Arc<Dispatch>,
-    pub(super) view: u32,
-    pub(super) what: Arc<str>,
+    /// The pool or subset it was made by: its core, view, name and event dispatch.
+    pub(super) pool: Arc<PoolHandle>,
     pub(super) key: Option<Py<PyString>>,
     pub(super) site: Option<Py<PyString>>,
     pub(super) timeout: Option<f64>,
     /// Exit ids a keyless pick passes over (`avoid=`); `None` for nearly every lease.
-    pub(super) avoid: Option<Box<[Box<str>]>>,
+    pub(super) avoid: Avoid,
     pub(super) state: Mutex<LeaseState>,
 }
 
+/// Exit ids a keyless pick passes over; `None` for nearly every lease.
+pub(super) type Avoid = Option<Box<[Box<str>]>>;
+
 /// `avoid=`: a collection of exit ids (str), read; which leases may have one is the core's
 /// rule (`avoid_list`: keyless leases only).
-pub(super) fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Option<Box<[Box<str>]>>> {
+pub(super) fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> PyResult<Avoid> {
     if ids.is_instance_of::<PyString>() {
         return Err(invalid_input(py, "avoid must be a collection of exit ids, not one string"));
     }
@@ -94,17 +140,6 @@ impl PyLease {
         }
     }
 
-    /// One attempt that does not wait: with the GIL held for a pool of its own (the hot path),
-    /// without it when the attempt is a network round trip to a shared store.
-    #[inline]
-    fn try_once(&self, py: Python<'_>, key: Option<&str>, site: Option<&str>, avoid: &[&str]) -> Result<Grant, Refusal> {
-        if self.core.is_shared() {
-            py.detach(|| self.core.try_acquire_avoiding(self.view, key, site, avoid))
-        } else {
-            self.core.try_acquire_avoiding(self.view, key, site, avoid)
-        }
-    }
-
     /// Takes a grant; `false` if the lease was given up meanwhile (a cancelled async acquire
     /// whose attempt on a worker thread succeeded after the cancel), the slot then going back
     /// unused. A grant after the async path's polls found every slot full counts as a wait.
@@ -115,20 +150,17 @@ impl PyLease {
             self.core_release(py, grant.id, None);
             return false;
         }
-        waited.granted(&self.core);
-        st.id = Some(grant.id);
-        st.exit = Some(grant.exit);
-        st.choice = grant.choice.name();
-        st.health = grant.state.name();
+        waited.granted(&self.pool.core);
+        st.take(grant);
         true
     }
     /// The core's release, without the GIL when it may talk to a store.
     fn core_release(&self, py: Python<'_>, id: LeaseId, report: Option<&Report>) -> bool {
         let end = || match report {
-            Some(r) => self.core.release(id, r),
-            None => self.core.release_unused(id),
+            Some(r) => self.pool.core.release(id, r),
+            None => self.pool.core.release_unused(id),
         };
-        if self.core.is_shared() {
+        if self.pool.core.is_shared() {
             py.detach(end)
         } else {
             end()
@@ -143,27 +175,20 @@ impl PyLease {
         Ok(())
     }
 
-    /// The sync acquire: one try with the GIL held (the common case), then the core's wait
-    /// without the GIL, taking it back between slices only to let Ctrl-C through.
+    /// `with pool.lease(...)`: the sync acquire of a lease made before.
     pub(super) fn enter(&self, py: Python<'_>) -> PyResult<()> {
         self.check_fresh(py)?;
-        let result = self.asking(py, |key, site, avoid| match self.try_once(py, key, site, avoid) {
-            Err(Refusal::Full) => py.detach(|| {
-                wait_for_slot(&self.core, self.view, key, site, avoid, self.timeout, || Python::attach(|py| py.check_signals()))
-            }),
-            first => Ok(first),
-        });
+        let grant = self.obtain(py)?;
+        self.granted(py, grant, WaitStart::default());
+        Ok(())
+    }
+
+    /// The sync acquire's attempt and wait for this lease, events delivered; a refusal raises.
+    fn obtain(&self, py: Python<'_>) -> PyResult<Grant> {
         // Reading cannot fail: `lease()` read both strings already (refusing one that is not
         // valid text by name), and they are immutable with their UTF-8 cached since.
-        let result = result.unwrap_or(Ok(Err(Refusal::NoExits)))?;
-        self.dispatch.deliver(py, &self.core);
-        match result {
-            Ok(grant) => {
-                self.granted(py, grant, WaitStart::default());
-                Ok(())
-            }
-            Err(r) => Err(refusal_to_py(py, r, &self.what, self.timeout)),
-        }
+        self.asking(py, |key, site, avoid| self.pool.acquire_sync(py, key, site, avoid, self.timeout))
+            .unwrap_or_else(|_| Err(refusal_to_py(py, Refusal::NoExits, &self.pool.what, self.timeout)))
     }
 
     /// Checks a report's every argument; bad input raises `InvalidInput` naming the value
@@ -204,7 +229,7 @@ impl PyLease {
             if st.done {
                 // Released before: the core ignores a spent id, and counts it as ignored.
                 drop(st);
-                return self.core.release(id, &Report::SUCCESS);
+                return self.pool.core.release(id, &Report::SUCCESS);
             }
             st.done = true;
             let report = match ending {
@@ -214,7 +239,7 @@ impl PyLease {
             (id, report)
         };
         let released = self.core_release(py, id, report.as_ref());
-        self.dispatch.deliver(py, &self.core);
+        self.pool.dispatch.deliver(py, &self.pool.core);
         released
     }
 
@@ -326,12 +351,12 @@ impl PyLease {
             return Ok(true);
         }
         // Reading cannot fail: see `enter`.
-        let attempt = self.asking(py, |key, site, avoid| self.try_once(py, key, site, avoid)).unwrap_or(Err(Refusal::NoExits));
+        let attempt = self.asking(py, |key, site, avoid| self.pool.try_once(py, key, site, avoid)).unwrap_or(Err(Refusal::NoExits));
         match attempt {
             Ok(grant) => {
                 let waited = self.state.lock().waited;
                 let taken = self.granted(py, grant, waited);
-                self.dispatch.deliver(py, &self.core);
+                self.pool.dispatch.deliver(py, &self.pool.core);
                 Ok(taken)
             }
             Err(Refusal::Full) => {
@@ -339,15 +364,15 @@ impl PyLease {
                 Ok(false)
             }
             Err(r) => {
-                self.dispatch.deliver(py, &self.core);
-                Err(refusal_to_py(py, r, &self.what, Some(0.0)))
+                self.pool.dispatch.deliver(py, &self.pool.core);
+                Err(refusal_to_py(py, r, &self.pool.what, Some(0.0)))
             }
         }
     }
 
     #[getter]
     fn _shared(&self) -> bool {
-        self.core.is_shared()
+        self.pool.core.is_shared()
     }
 
     /// Gives the lease up: the async acquire calls this when its task is cancelled. A slot
@@ -358,7 +383,7 @@ impl PyLease {
     }
 
     fn _full_message(&self, timeout: Option<f64>) -> String {
-        full_message(&self.what, timeout)
+        full_message(&self.pool.what, timeout)
     }
 
     /// Records the outcome of the request made through this lease; it is applied when the
@@ -416,7 +441,7 @@ impl PyLease {
     #[getter]
     fn strategy(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.map(|_| st.choice)
+        st.id.and(st.chosen).map(|(choice, _)| choice.name())
     }
 
     /// The exit's health for this lease's site when it was chosen ("healthy", "degraded" or
@@ -424,7 +449,7 @@ impl PyLease {
     #[getter]
     fn exit_state(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.map(|_| st.health)
+        st.id.and(st.chosen).map(|(_, health)| health.name())
     }
 
     /// Whether the lease is live: acquired, not released, and not expired by the pool's clock
@@ -432,7 +457,7 @@ impl PyLease {
     #[getter]
     fn active(&self) -> bool {
         let st = self.state.lock();
-        st.id.is_some_and(|id| !st.done && self.core.is_live(id))
+        st.id.is_some_and(|id| !st.done && self.pool.core.is_live(id))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -443,7 +468,7 @@ impl PyLease {
         };
         let state = match st.id {
             _ if st.done => "released",
-            Some(id) if self.core.is_live(id) => "active",
+            Some(id) if self.pool.core.is_live(id) => "active",
             Some(_) => "expired",
             None => "not acquired",
         };

@@ -6,10 +6,10 @@ use super::config::{extract_health, extract_warmup};
 use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
-use super::lease::{avoid_of, Ending, LeaseState, PyLease};
+use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease};
 use super::ring::extract_replicas;
 use super::snapshot;
-use super::text::{any_text, check_text, opt_text, text, with_key};
+use super::text::{any_text, opt_text, text, with_key};
 use crate::clock::{Clock, SystemClock};
 use crate::exit::Exit;
 use crate::pool::{Config, Pool};
@@ -22,11 +22,71 @@ use std::sync::Arc;
 
 #[pyclass(name = "Pool", module = "exitpool", frozen)]
 pub struct PyPool {
-    core: Arc<Pool>,
-    view: u32,
+    handle: Arc<PoolHandle>,
+}
+
+/// What a pool or subset shares with each of its leases, behind one `Arc`: a lease then costs
+/// one reference count to make and to free, not one per field.
+pub struct PoolHandle {
+    pub(super) core: Arc<Pool>,
+    pub(super) view: u32,
     /// How messages name this pool or subset.
-    what: Arc<str>,
-    dispatch: Arc<Dispatch>,
+    pub(super) what: Box<str>,
+    pub(super) dispatch: Arc<Dispatch>,
+}
+
+impl PyPool {
+    /// A lease's arguments, checked in the order the signature gives them (`avoid=` first,
+    /// then the key and site as text, then `timeout=`); the key and site are read once, for
+    /// `then`, which gets them with the checked `avoid=` and `timeout=`.
+    #[inline]
+    fn asking<R>(
+        &self,
+        py: Python<'_>,
+        key: Option<&Bound<'_, PyString>>,
+        site: Option<&Bound<'_, PyString>>,
+        timeout: Option<Float>,
+        avoid: Option<&Bound<'_, PyAny>>,
+        then: impl FnOnce(Option<&str>, Option<&str>, Option<f64>, Avoid) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let avoid = match avoid {
+            None => None,
+            Some(ids) => avoid_of(py, ids, key.is_some())?,
+        };
+        let (k, s) = (opt_text(key, "key")?, opt_text(site, "site")?);
+        then(k.as_deref(), s.as_deref(), timeout_of(py, timeout.map(|Float(t)| t))?, avoid)
+    }
+
+    #[inline]
+    fn new_lease(
+        &self,
+        key: Option<Bound<'_, PyString>>,
+        site: Option<Bound<'_, PyString>>,
+        timeout: Option<f64>,
+        avoid: Avoid,
+        state: LeaseState,
+    ) -> PyLease {
+        PyLease {
+            pool: self.handle.clone(),
+            key: key.map(Bound::unbind),
+            site: site.map(Bound::unbind),
+            timeout,
+            avoid,
+            state: Mutex::new(state),
+        }
+    }
+
+    fn new_view(core: Arc<Pool>, view: u32, what: String, dispatch: Arc<Dispatch>) -> PyPool {
+        PyPool { handle: Arc::new(PoolHandle { core, view, what: what.into(), dispatch }) }
+    }
+}
+
+impl std::ops::Deref for PyPool {
+    type Target = PoolHandle;
+
+    fn deref(&self) -> &PoolHandle {
+        &self.handle
+    }
 }
 
 fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>> {
@@ -126,7 +186,7 @@ impl PyPool {
                 Some(store) => Pool::with_store(exits, cfg, clock, store),
             })
             .py_err(py)?;
-        Ok(PyPool { core: core.into_arc(), view: 0, what: "the pool".into(), dispatch: Arc::default() })
+        Ok(PyPool::new_view(core.into_arc(), 0, "the pool".into(), Arc::default()))
     }
 
     /// A pool built from a TOML file: the core parses and checks it (`_ConfigFile`);
@@ -149,25 +209,10 @@ impl PyPool {
         timeout: Option<Float>,
         avoid: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyLease> {
-        let avoid = match avoid {
-            None => None,
-            Some(ids) => avoid_of(py, ids, key.is_some())?,
-        };
-        // Read once here, so that a key that is not valid text is refused by name; the lease
-        // reads the cached UTF-8 again when it is entered.
-        key.as_ref().map(|k| check_text(k, "key")).transpose()?;
-        site.as_ref().map(|s| check_text(s, "site")).transpose()?;
-        Ok(PyLease {
-            core: self.core.clone(),
-            dispatch: self.dispatch.clone(),
-            view: self.view,
-            what: self.what.clone(),
-            key: key.map(Bound::unbind),
-            site: site.map(Bound::unbind),
-            timeout: timeout_of(py, timeout.map(|Float(t)| t))?,
-            avoid,
-            state: Mutex::new(LeaseState::default()),
-        })
+        // Read here, so that a key that is not valid text is refused by name; the lease reads
+        // the cached UTF-8 again when it is entered.
+        let (timeout, avoid) = self.asking(py, key.as_ref(), site.as_ref(), timeout, avoid, |_, _, t, a| Ok((t, a)))?;
+        Ok(self.new_lease(key, site, timeout, avoid, LeaseState::default()))
     }
 
     /// Leases at once (waiting up to `timeout` for a free slot); pair with `release`.
@@ -180,9 +225,15 @@ impl PyPool {
         timeout: Option<Float>,
         avoid: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyLease> {
-        let lease = self.lease(py, key, site, timeout, avoid)?;
-        lease.enter(py)?;
-        Ok(lease)
+        // The lease is made once it is granted, so its state is set without the lock that a
+        // lease Python can see needs.
+        let (grant, timeout, avoid) = self.asking(py, key.as_ref(), site.as_ref(), timeout, avoid, |k, s, timeout, avoid| {
+            let ids: Vec<&str> = avoid.iter().flat_map(|ids| ids.iter().map(|id| &**id)).collect();
+            Ok((self.acquire_sync(py, k, s, &ids, timeout)?, timeout, avoid))
+        })?;
+        let mut state = LeaseState::default();
+        state.take(grant);
+        Ok(self.new_lease(key, site, timeout, avoid, state))
     }
 
     /// Ends a lease, with an outcome if given (else the one reported, else success).
@@ -202,7 +253,7 @@ impl PyPool {
         retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let lease = lease.get();
-        let recorded = if !Arc::ptr_eq(&lease.core, &self.core) {
+        let recorded = if !Arc::ptr_eq(&lease.pool.core, &self.core) {
             Err(invalid_input(py, "this lease belongs to another pool (it was freed, unreported)"))
         } else if status.is_some() || latency.is_some() || captcha.is_some() || error.is_some() || retry_after.is_some() {
             lease.record(py, status, latency, captcha, error, retry_after)
@@ -281,7 +332,7 @@ impl PyPool {
             format!("subset({})", parts.join(", "))
         };
         let view = self.core.subset(filter).py_err(py)?;
-        Ok(PyPool { core: self.core.clone(), view, what: what.into(), dispatch: self.dispatch.clone() })
+        Ok(PyPool::new_view(self.core.clone(), view, what, self.dispatch.clone()))
     }
 
     /// The exits in service in this pool or subset.

@@ -66,11 +66,6 @@ pub fn any_text<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, s
     text(as_str(obj, what)?, what)
 }
 
-/// Checks that a `str` argument is valid text, where it is read later (a lease's key).
-pub fn check_text(s: &Bound<'_, PyString>, what: &str) -> PyResult<()> {
-    text(s, what).map(drop)
-}
-
 /// The same for any object that should be a `str`, with a `TypeError` naming what it got.
 #[inline]
 pub fn with_key<R>(key: &Bound<'_, PyAny>, what: &str, f: impl FnOnce(&str) -> R) -> PyResult<R> {
