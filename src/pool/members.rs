@@ -34,7 +34,10 @@ impl Members for Avoiding<'_> {
         self.inner.serving(m)
     }
     fn suits(&self, m: usize) -> bool {
-        !self.avoid.contains(&self.inner.members[m]) && self.inner.suits(m)
+        self.inner.suits(m)
+    }
+    fn avoided(&self, m: usize) -> bool {
+        self.avoid.contains(&self.inner.members[m])
     }
     fn capacity(&self, m: usize) -> u32 {
         self.inner.capacity(m)

@@ -72,11 +72,16 @@ pub trait Members {
     /// Its tunnel admits leases, whatever the site.
     fn serving(&self, m: usize) -> bool;
     /// It may serve the site being picked for, given that it serves at all (its breaker and
-    /// rate limit for the site, and what the caller asked to avoid).
+    /// rate limit for the site).
     fn suits(&self, m: usize) -> bool;
+    /// The caller asked to pass it over (`avoid=`): for this pick only, so it keeps its turn.
+    #[inline]
+    fn avoided(&self, _m: usize) -> bool {
+        false
+    }
     #[inline]
     fn eligible(&self, m: usize) -> bool {
-        !self.full(m) && self.serving(m) && self.suits(m)
+        !self.full(m) && self.serving(m) && !self.avoided(m) && self.suits(m)
     }
     fn weight(&self, m: usize) -> i64;
     /// Its weight in full health: what a turn it is not there to take is worth.
@@ -304,6 +309,8 @@ fn best(r: &mut Ranking, members: &impl Members, readmissions: u64, mut pass_ove
             r.park(m, true);
         } else if !members.serving(m) {
             r.park(m, false);
+        } else if members.avoided(m) {
+            r.skip(m);
         } else if members.suits(m) {
             break m;
         } else {
