@@ -11,6 +11,30 @@ use super::incidents::Incident;
 use super::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 use crate::events::{Event, EventKind, Events};
 use crate::outcome::{Outcome, Report};
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`) is due a look.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Due {
+    at: f64,
+    h: u32,
+    site: Option<u32>,
+}
+
+impl Eq for Due {}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.at.total_cmp(&other.at).then(self.h.cmp(&other.h)).then(self.site.cmp(&other.site))
+    }
+}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 /// What a lease gets from an exit's health for one site.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,6 +123,9 @@ pub struct HealthBoard {
     tunnel_ejected: u32,
     pub(super) global_incident: Option<f64>,
     next_poll: f64,
+    /// Quarantines by when they end, soonest first (entries of breakers that changed since
+    /// are dropped when they come up).
+    due: BinaryHeap<Reverse<Due>>,
     /// When the pool was made: a site breaker created on a site's first report has been
     /// healthy since then, not since that report (so no hold time applies to it).
     born: f64,
@@ -125,6 +152,7 @@ impl HealthBoard {
             tunnel_ejected: 0,
             global_incident: None,
             next_poll: f64::INFINITY,
+            due: BinaryHeap::new(),
             born: now,
             trials: 0,
             trial_successes: 0,
@@ -151,39 +179,49 @@ impl HealthBoard {
     }
 
     /// Turns quarantines whose backoff is over into half-open trials. Costs one comparison
-    /// until the earliest quarantine ends.
+    /// until the earliest quarantine ends, then O(log n) for each one that ended: a pool of
+    /// 100,000 exits with quarantines ending every second does not look at every breaker.
     #[inline]
     pub fn poll(&mut self, now: f64) {
         if now < self.next_poll {
             return;
         }
-        let mut next = f64::INFINITY;
-        for h in 0..self.tunnel.len() {
-            let was = self.tunnel[h].failing(&self.cfg);
-            if let Some(t) = self.tunnel[h].poll(now) {
-                // Reports from leases taken before the quarantine may have counted meanwhile.
-                self.tunnel_failing -= was as u32;
-                self.readmissions += 1;
-                self.refresh(h as u32);
-                log_transition(&mut self.events, now, h as u32, None, t, &self.cfg);
+        while let Some(&Reverse(Due { at, h, site })) = self.due.peek() {
+            if at > now {
+                break;
             }
-            if self.tunnel[h].state() == State::Quarantined {
-                next = next.min(self.tunnel[h].until());
+            self.due.pop();
+            // A breaker that changed since this was scheduled answers None: nothing is due.
+            match site {
+                None => {
+                    let b = &mut self.tunnel[h as usize];
+                    let was = b.failing(&self.cfg);
+                    if let Some(t) = b.poll(now) {
+                        // Reports from leases taken before the quarantine may have counted meanwhile.
+                        self.tunnel_failing -= was as u32;
+                        self.readmissions += 1;
+                        self.refresh(h);
+                        log_transition(&mut self.events, now, h, None, t, &self.cfg);
+                    }
+                }
+                Some(s) => {
+                    let sh = &mut self.sites[s as usize];
+                    let b = &mut sh.breakers[h as usize];
+                    let was = b.failing(&self.cfg);
+                    if let Some(t) = b.poll(now) {
+                        sh.failing -= was as u32;
+                        log_transition(&mut self.events, now, h, Some(s), t, &self.cfg);
+                    }
+                }
             }
         }
-        for s in 0..self.sites.len() {
-            for h in 0..self.sites[s].breakers.len() {
-                let was = self.sites[s].breakers[h].failing(&self.cfg);
-                if let Some(t) = self.sites[s].breakers[h].poll(now) {
-                    self.sites[s].failing -= was as u32;
-                    log_transition(&mut self.events, now, h as u32, Some(s as u32), t, &self.cfg);
-                }
-                if self.sites[s].breakers[h].state() == State::Quarantined {
-                    next = next.min(self.sites[s].breakers[h].until());
-                }
-            }
-        }
-        self.next_poll = next;
+        self.next_poll = self.due.peek().map_or(f64::INFINITY, |Reverse(d)| d.at);
+    }
+
+    /// Schedules a look at a breaker that has just been quarantined until `at`.
+    fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
+        self.due.push(Reverse(Due { at, h, site }));
+        self.next_poll = self.next_poll.min(at);
     }
 
     /// Whether exit `h` may take a lease for `site` now.
@@ -449,7 +487,7 @@ impl HealthBoard {
         self.count(t, None);
         self.refresh(h);
         if t.to == State::Quarantined {
-            self.next_poll = self.next_poll.min(self.tunnel[h as usize].until());
+            self.schedule(self.tunnel[h as usize].until(), h, None);
         }
         log_transition(&mut self.events, now, h, None, t, &self.cfg);
     }
@@ -459,7 +497,7 @@ impl HealthBoard {
         self.share(h, Some(site), t, until, now);
         self.count(t, Some(site));
         if t.to == State::Quarantined {
-            self.next_poll = self.next_poll.min(self.sites[site as usize].breakers[h as usize].until());
+            self.schedule(self.sites[site as usize].breakers[h as usize].until(), h, Some(site));
         }
         log_transition(&mut self.events, now, h, Some(site), t, &self.cfg);
     }
