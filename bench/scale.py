@@ -113,6 +113,9 @@ def measure_strategy(strategy: str, exit_lists: dict, runs: int, keys: list, clo
         out["rss_per_exit"].setdefault(n, (resident_bytes() - before) / n)
         for k in keys:  # every key gets its live session
             pool.release(pool.acquire(k))
+        # The first keyless pick builds the strategy's tree (O(n), once): not a pair's cost,
+        # and it would make the sizing below take this pool for a slow one.
+        pool.release(pool.acquire())
     cells = {}
     for n, pool in pools.items():
         cells[(n, strategy, "keyless")] = sized_run(lambda m, pool=pool: keyless_pairs(pool, m))
