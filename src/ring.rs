@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::hash::{position, positions_into};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub const DEFAULT_SALT: &str = "vnode";
 /// Points per unit of capacity; docs/ring.md gives the measured spread behind this choice.
@@ -200,19 +200,14 @@ impl Ring {
             let (lo, hi) = (self.buckets[b] as usize, self.buckets[b + 1] as usize);
             (lo + self.points[lo..hi].partition_point(|p| p.pos <= pos)) % n
         };
-        let mut seen: Vec<u32> = Vec::new();
+        let mut seen = Seen::default();
         let distinct = self.nodes.len();
         (0..n).filter_map(move |k| {
             if seen.len() == distinct {
                 return None;
             }
             let owner = self.points[(start + k) % n].owner;
-            if seen.contains(&owner) {
-                None
-            } else {
-                seen.push(owner);
-                Some(owner)
-            }
+            seen.insert(owner).then_some(owner)
         })
     }
 
@@ -292,6 +287,38 @@ impl Ring {
             first += *b;
             *b = first;
         }
+    }
+}
+
+/// The owners a walk has yielded. A short walk (the usual one: the ring exit was out, the next
+/// one serves) checks a few in a list; a long one (most of a large pool out for a site) moves
+/// to a set, so that walking past k owners costs O(k), not the O(k^2) of a list throughout.
+#[derive(Default)]
+struct Seen {
+    few: Vec<u32>,
+    many: Option<HashSet<u32, foldhash::fast::RandomState>>,
+}
+
+impl Seen {
+    const FEW: usize = 32;
+
+    fn len(&self) -> usize {
+        self.many.as_ref().map_or(self.few.len(), HashSet::len)
+    }
+
+    /// True if `owner` was not seen before.
+    fn insert(&mut self, owner: u32) -> bool {
+        if let Some(many) = &mut self.many {
+            return many.insert(owner);
+        }
+        if self.few.contains(&owner) {
+            return false;
+        }
+        self.few.push(owner);
+        if self.few.len() > Self::FEW {
+            self.many = Some(self.few.drain(..).collect());
+        }
+        true
     }
 }
 
@@ -535,6 +562,18 @@ mod tests {
         assert_eq!(out, [7, 7]);
         assert_eq!(ring.assign_position(0), None);
         assert_eq!(ring.walk("k").count(), 0);
+    }
+
+    #[test]
+    fn a_long_walk_visits_each_exit_once() {
+        // Past the short list: 300 owners, each yielded once, the first the key's owner.
+        let ids: Vec<String> = (0..300).map(|i| format!("e{i}")).collect();
+        let ring = Ring::build(4, DEFAULT_SALT, ids.iter().enumerate().map(|(i, id)| (id.as_str(), 1, i as u32))).unwrap();
+        let order: Vec<u32> = ring.walk("k").collect();
+        assert_eq!(order[0], ring.assign("k").unwrap());
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..300).collect::<Vec<u32>>());
     }
 
     #[test]
