@@ -8,6 +8,7 @@
 
 use crate::error::{Error, Result};
 use foldhash::fast::RandomState;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
@@ -110,13 +111,16 @@ impl Pairings {
     pub fn admit(&mut self, cfg: &WarmupConfig, key: &str, exit: u32, now: f64) -> std::result::Result<usize, f64> {
         self.prune(cfg, now, false);
         let id = self.seed.hash_one((key, exit));
-        let prev = self.map.get(&id).copied();
-        let next = Pairing::admit(prev, cfg, now)?;
-        self.map.insert(id, next);
-        if prev.is_some() {
-            return Ok(0);
+        match self.map.entry(id) {
+            Entry::Occupied(mut known) => {
+                *known.get_mut() = Pairing::admit(Some(*known.get()), cfg, now)?;
+                Ok(0)
+            }
+            Entry::Vacant(new) => {
+                new.insert(Pairing::admit(None, cfg, now)?);
+                Ok(self.make_room(cfg, id, now))
+            }
         }
-        Ok(self.make_room(cfg, id, now))
     }
 
     /// Over the bound, forgets pairings unused for a horizon, then the least recently used
