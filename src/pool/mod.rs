@@ -10,7 +10,8 @@
 //! the selection strategies see them), `exits` (adding, benching, probing and judging exits),
 //! `fleet` (fleet mode: the decisions a shared store makes), `snapshot` (the records a reader
 //! gets), `document` (the snapshot as one serde document, every derived figure in it),
-//! `calibrate` (capacities measured from burned identities) and `fork` (the pools' locks
+//! `calibrate` (capacities measured from burned identities), `bound` (room under
+//! `max_sessions` and `max_pairings`) and `fork` (the pools' locks
 //! across a fork). This file holds the
 //! pool and its lease API.
 
