@@ -48,6 +48,7 @@ bench: $(BIN)/python ## the benchmarks (release build)
 	$(BIN)/pip install -q ".[bench]"
 	$(BIN)/python bench/ring.py
 	$(BIN)/python bench/scale.py
+	$(BIN)/python bench/memory.py
 
 # The `docs` extra's requirements, quoted for the shell, read from pyproject.toml (their one
 # source): the site needs MkDocs only, not the extension that `pip install ".[docs]"` would build.

@@ -25,6 +25,10 @@ pub enum EventKind {
     StoreUnavailable,
     /// The shared store answers again: this worker rejoins the fleet.
     StoreRejoined,
+    /// Idle sessions ended early to keep `max_sessions`.
+    SessionsEvicted,
+    /// Warm-up pairings forgotten early to keep `max_pairings`.
+    PairingsEvicted,
 }
 
 impl EventKind {
@@ -46,6 +50,8 @@ impl EventKind {
             EventKind::ProbeFailed => "probe_failed",
             EventKind::StoreUnavailable => "store_unavailable",
             EventKind::StoreRejoined => "store_rejoined",
+            EventKind::SessionsEvicted => "sessions_evicted",
+            EventKind::PairingsEvicted => "pairings_evicted",
         }
     }
 }

@@ -77,6 +77,12 @@ impl Leases {
         (slot.generation == (id >> 32) as u32).then_some(slot.rec.as_ref()).flatten()
     }
 
+    /// The exit and start of every live lease: one pass over the slab, for the rare moment
+    /// sessions go over their bound, never per lease.
+    pub fn starts(&self) -> impl Iterator<Item = (u32, f64)> + '_ {
+        self.slots.iter().filter_map(|s| s.rec.as_ref()).map(|r| (r.exit, r.started))
+    }
+
     /// Ends every lease whose time has run out, handing each to `expired`. Every attempt and
     /// release asks, and nearly always nothing is due: that answer is one comparison, inlined,
     /// and the scan is a call of its own.

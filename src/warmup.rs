@@ -7,7 +7,10 @@
 //! this spreads their first requests out instead of forbidding them.
 
 use crate::error::{Error, Result};
+use foldhash::fast::RandomState;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 /// Deserialized from a `[warmup]` table or a `warmup=` dict; a key left out keeps its default.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Deserialize)]
@@ -69,36 +72,80 @@ impl Pairing {
     }
 }
 
-#[derive(Default)]
+/// The pairings seen within the horizon, at most `max` of them.
+///
+/// A pairing is kept under a 64-bit hash of its key and exit, not the key itself: the rule needs
+/// only the two times, and a flood of one-off keys then costs 24 bytes a pairing in the table
+/// (about 40 with the table's slack) instead of an owned key and a list per key (225). Two
+/// pairings share an entry only if their hashes collide (about one chance in 10^7 among a
+/// million pairings, with a per-process seed an outsider cannot aim at); the cost of that is a
+/// new pairing treated as one already ramping, never a lease refused for nothing.
 pub struct Pairings {
-    by_key: HashMap<Box<str>, Vec<(u32, Pairing)>>,
+    map: HashMap<u64, Pairing, RandomState>,
+    seed: foldhash::quality::RandomState,
+    max: Option<usize>,
     next_prune: f64,
 }
 
+impl Default for Pairings {
+    fn default() -> Self {
+        Pairings::bounded(None)
+    }
+}
+
 impl Pairings {
-    /// `Ok(())` if `key` may lease `exit` now (and records it), else the seconds to wait.
-    pub fn admit(&mut self, cfg: &WarmupConfig, key: &str, exit: u32, now: f64) -> std::result::Result<(), f64> {
-        self.prune(cfg, now);
-        let list = match self.by_key.get_mut(key) {
-            Some(l) => l,
-            None => self.by_key.entry(key.into()).or_default(),
-        };
-        match list.iter_mut().find(|p| p.0 == exit) {
-            Some(p) => p.1 = Pairing::admit(Some(p.1), cfg, now)?,
-            None => list.push((exit, Pairing::admit(None, cfg, now)?)),
-        }
-        Ok(())
+    /// Pairings of which at most `max` are kept (`None`: no bound beyond the horizon).
+    pub fn bounded(max: Option<u32>) -> Pairings {
+        Pairings { map: HashMap::default(), seed: foldhash::quality::RandomState::default(), max: max.map(|m| m as usize), next_prune: 0.0 }
     }
 
-    fn prune(&mut self, cfg: &WarmupConfig, now: f64) {
-        if now < self.next_prune {
+    /// Pairings kept now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// `Ok(evicted)` if `key` may lease `exit` now (and records it; `evicted` is how many
+    /// least recently used pairings made room for a new one under the bound), else the
+    /// seconds to wait.
+    pub fn admit(&mut self, cfg: &WarmupConfig, key: &str, exit: u32, now: f64) -> std::result::Result<usize, f64> {
+        self.prune(cfg, now, false);
+        let id = self.seed.hash_one((key, exit));
+        match self.map.entry(id) {
+            Entry::Occupied(mut known) => {
+                *known.get_mut() = Pairing::admit(Some(*known.get()), cfg, now)?;
+                Ok(0)
+            }
+            Entry::Vacant(new) => {
+                new.insert(Pairing::admit(None, cfg, now)?);
+                Ok(self.make_room(cfg, id, now))
+            }
+        }
+    }
+
+    /// Over the bound, forgets pairings unused for a horizon, then the least recently used
+    /// ones (never `keep`, the one just made) down to `max - max / 16`, so that the next
+    /// sixteenth of new pairings finds room without a scan each. A forgotten pairing is
+    /// new again at its next lease: it ramps up again, which errs on the careful side.
+    fn make_room(&mut self, cfg: &WarmupConfig, keep: u64, now: f64) -> usize {
+        let Some(max) = self.max.filter(|&m| self.map.len() > m) else { return 0 };
+        self.prune(cfg, now, true);
+        let before = self.map.len();
+        let excess = self.map.len().saturating_sub(crate::bound::room_target(max));
+        if self.map.len() > max && excess > 0 {
+            let times = self.map.iter().filter(|(id, _)| **id != keep).map(|(_, p)| p.last).collect();
+            let mut cut = crate::bound::Cutoff::oldest(times, excess);
+            self.map.retain(|id, p| *id == keep || !cut.take(p.last));
+        }
+        before - self.map.len()
+    }
+
+    fn prune(&mut self, cfg: &WarmupConfig, now: f64, force: bool) {
+        if now < self.next_prune && !force {
             return;
         }
         self.next_prune = now + cfg.horizon / 24.0;
-        self.by_key.retain(|_, l| {
-            l.retain(|p| now - p.1.last <= cfg.horizon);
-            !l.is_empty()
-        });
+        self.map.retain(|_, p| now - p.last <= cfg.horizon);
     }
 }
 
@@ -110,21 +157,21 @@ mod tests {
     fn ramp_spaces_a_new_pairing_then_lets_it_go() {
         let cfg = WarmupConfig::default();
         let mut p = Pairings::default();
-        assert_eq!(p.admit(&cfg, "k", 1, 0.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 0.0), Ok(0));
         // Right after birth the gap is the whole initial interval.
         // One second after birth the gap has shrunk by 1/1800 of itself.
         let wait = p.admit(&cfg, "k", 1, 1.0).unwrap_err();
         assert!((wait - (60.0 * (1.0 - 1.0 / 1800.0) - 1.0)).abs() < 1e-9, "{wait}");
-        assert_eq!(p.admit(&cfg, "k", 1, 60.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 60.0), Ok(0));
         // Half way through the ramp the gap is half as long.
-        assert_eq!(p.admit(&cfg, "k", 1, 900.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 900.0), Ok(0));
         assert!(p.admit(&cfg, "k", 1, 929.0).is_err());
-        assert_eq!(p.admit(&cfg, "k", 1, 930.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 930.0), Ok(0));
         // Warm: no spacing at all.
-        assert_eq!(p.admit(&cfg, "k", 1, 1800.0), Ok(()));
-        assert_eq!(p.admit(&cfg, "k", 1, 1800.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 1800.0), Ok(0));
+        assert_eq!(p.admit(&cfg, "k", 1, 1800.0), Ok(0));
         // Another exit for the same key is a new pairing.
-        assert_eq!(p.admit(&cfg, "k", 2, 1800.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 2, 1800.0), Ok(0));
         assert!(p.admit(&cfg, "k", 2, 1801.0).is_err());
     }
 
@@ -134,11 +181,52 @@ mod tests {
         let mut p = Pairings::default();
         p.admit(&cfg, "k", 1, 0.0).unwrap();
         p.admit(&cfg, "k", 1, 2000.0).unwrap();
-        assert_eq!(p.admit(&cfg, "k", 1, 2000.0 + 86_400.0), Ok(()));
-        assert_eq!(p.admit(&cfg, "k", 1, 2000.0 + 86_400.0 + 1.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 2000.0 + 86_400.0), Ok(0));
+        assert_eq!(p.admit(&cfg, "k", 1, 2000.0 + 86_400.0 + 1.0), Ok(0));
         // More than a horizon without use: new again.
-        assert_eq!(p.admit(&cfg, "k", 1, 200_000.0), Ok(()));
+        assert_eq!(p.admit(&cfg, "k", 1, 200_000.0), Ok(0));
         assert!(p.admit(&cfg, "k", 1, 200_001.0).is_err());
+    }
+
+    #[test]
+    fn over_the_bound_the_least_recently_used_pairings_are_forgotten() {
+        // A long ramp, so that a remembered pairing is still spacing its leases at the end.
+        let cfg = WarmupConfig::new(100_000.0, 1000.0, 200_000.0).unwrap();
+        let mut p = Pairings::bounded(Some(100));
+        assert_eq!(p.admit(&cfg, "k0", 1, 0.0), Ok(0));
+        for i in 1..100 {
+            assert_eq!(p.admit(&cfg, &format!("k{i}"), 1, 500.0 + f64::from(i) / 100.0), Ok(0));
+        }
+        // "k0" leases again, its gap over: now "k1" is the least recently used.
+        assert_eq!(p.admit(&cfg, "k0", 1, 1000.0), Ok(0));
+        // The 101st pairing: the oldest go, down to the bound less a sixteenth (94), never
+        // the new one.
+        assert_eq!(p.admit(&cfg, "fresh", 1, 1000.5), Ok(7));
+        assert_eq!(p.len(), 94);
+        // "k0" is remembered (a new lease waits out its gap), "k1" to "k7" were forgotten (new
+        // again: the first lease goes at once), "k8" is remembered.
+        assert!(p.admit(&cfg, "k0", 1, 1001.0).is_err());
+        assert!(p.admit(&cfg, "k8", 1, 1001.0).is_err());
+        assert_eq!(p.admit(&cfg, "k1", 1, 1001.0), Ok(0));
+        assert_eq!(p.admit(&cfg, "k7", 1, 1001.0), Ok(0));
+        assert!(p.admit(&cfg, "fresh", 1, 1002.0).is_err());
+        // A flood of one-off keys keeps at most the bound.
+        for i in 0..10_000 {
+            p.admit(&cfg, &format!("flood{i}"), 2, 200.0 + f64::from(i)).unwrap();
+            assert!(p.len() <= 100);
+        }
+    }
+
+    #[test]
+    fn pairings_unused_for_a_horizon_make_room_first() {
+        let cfg = WarmupConfig::default();
+        let mut p = Pairings::bounded(Some(2));
+        p.admit(&cfg, "a", 1, 0.0).unwrap();
+        p.admit(&cfg, "b", 1, 90_000.0).unwrap();
+        // "a" is past the horizon: pruned, and not counted as forgotten early.
+        assert_eq!(p.admit(&cfg, "c", 1, 90_001.0), Ok(0));
+        assert_eq!(p.len(), 2);
+        assert!(p.admit(&cfg, "b", 1, 90_002.0).is_err());
     }
 
     #[test]

@@ -360,3 +360,112 @@ fn capacity_zero_is_refused_wherever_it_enters() {
     assert_eq!(p.exit("e1").unwrap().capacity, 1);
     assert!(Exit::new("x", "http://h:1", None, 0, vec![]).is_err());
 }
+
+/// The keys of live sessions on `exit_id` (benching lists them), the exit put back after.
+fn sessions_on(p: &Pool, exit_id: &str) -> Vec<String> {
+    let keys = p.bench(exit_id).unwrap();
+    p.unbench(exit_id).unwrap();
+    keys
+}
+
+#[test]
+fn a_flood_of_one_off_keys_keeps_at_most_max_sessions() {
+    let (p, clock) = pool(10, Config { max_sessions: Some(100), ..cfg() });
+    for i in 0..5_000 {
+        let g = p.try_acquire(0, Some(&format!("one-off-{i}")), None).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+        clock.advance(0.001).unwrap();
+        assert!(p.snapshot().sessions <= 100, "{} sessions after {i} keys", p.snapshot().sessions);
+    }
+    let evicted = p.snapshot().counts.evicted_sessions;
+    assert!(evicted >= 4_900, "{evicted}");
+    let events: Vec<_> = p.events(0).into_iter().filter(|e| e.kind == "sessions_evicted").collect();
+    assert!(!events.is_empty() && events[0].message.contains("max_sessions 100"), "{:?}", events.first());
+    // The newest keys kept their sessions; the oldest went.
+    let kept: usize = (0..10).map(|i| sessions_on(&p, &format!("e{i}")).len()).sum();
+    assert_eq!(kept, p.snapshot().sessions);
+    assert!(p.assign(0, "one-off-4999").is_ok());
+}
+
+#[test]
+fn a_session_holding_a_lease_is_never_evicted_and_the_least_recently_leased_goes_first() {
+    let (p, clock) = pool(5, Config { max_sessions: Some(16), ..cfg() });
+    // "held" keeps its lease through the flood; "idle" leased later but gave it back.
+    let held = p.try_acquire(0, Some("held"), None).unwrap();
+    clock.advance(1.0).unwrap();
+    let g = p.try_acquire(0, Some("idle"), None).unwrap();
+    let idle_exit = g.exit.id.clone();
+    p.release(g.id, &Report::SUCCESS);
+    clock.advance(1.0).unwrap();
+    for i in 0..1_000 {
+        let g = p.try_acquire(0, Some(&format!("one-off-{i}")), None).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+        clock.advance(0.01).unwrap();
+    }
+    assert!(sessions_on(&p, &held.exit.id).contains(&"held".to_owned()));
+    assert!(!sessions_on(&p, &idle_exit).contains(&"idle".to_owned()));
+    // The held lease's key still leases its session's exit, as a session.
+    let again = p.try_acquire(0, Some("held"), None).unwrap();
+    assert_eq!((again.exit.id.as_str(), again.choice), (held.exit.id.as_str(), Choice::Session));
+    p.release(again.id, &Report::SUCCESS);
+    p.release(held.id, &Report::SUCCESS);
+    // Released, it is idle like any other and goes when it is the least recently leased.
+    clock.advance(1.0).unwrap();
+    for i in 0..100 {
+        let g = p.try_acquire(0, Some(&format!("later-{i}")), None).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+    }
+    assert!(!sessions_on(&p, &held.exit.id).contains(&"held".to_owned()));
+    assert!(p.snapshot().sessions <= 16);
+}
+
+#[test]
+fn a_flood_of_one_off_keys_keeps_at_most_max_pairings_and_a_forgotten_pairing_ramps_again() {
+    let warmup = exitpool::WarmupConfig::default();
+    let (p, clock) = pool(3, Config { warmup: Some(warmup), max_pairings: Some(50), ..cfg() });
+    let g = p.try_acquire(0, Some("first"), None).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+    // Remembered: its next lease waits out the ramp's gap.
+    assert!(matches!(p.try_acquire(0, Some("first"), None), Err(Refusal::WarmingUp { .. })));
+    for i in 0..500 {
+        clock.advance(0.01).unwrap();
+        let g = p.try_acquire(0, Some(&format!("one-off-{i}")), None).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+    }
+    assert!(p.snapshot().counts.evicted_pairings >= 450);
+    assert!(p.events(0).iter().any(|e| e.kind == "pairings_evicted" && e.message.contains("max_pairings 50")));
+    // Forgotten as the least recently used: new again, so its first lease goes at once.
+    let g = p.try_acquire(0, Some("first"), None).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+}
+
+#[test]
+fn max_sessions_and_max_pairings_refuse_zero_naming_it() {
+    let exits = vec![exit("a", 1, &[])];
+    for cfg in [Config { max_sessions: Some(0), ..cfg() }, Config { max_pairings: Some(0), ..cfg() }] {
+        let name = if cfg.max_sessions == Some(0) { "max_sessions" } else { "max_pairings" };
+        let e = Pool::new(exits.clone(), cfg, Arc::new(ManualClock::new(0.0))).err().unwrap().to_string();
+        assert!(e.contains(name) && e.contains("0 is outside 1..=4294967295"), "{e}");
+    }
+}
+
+#[test]
+fn add_remove_bench_and_subset_work_on_a_pool_of_twenty_thousand_exits() {
+    let clock = ManualClock::new(0.0);
+    let exits = (0..20_000).map(|i| exit(&format!("e{i}"), 1, &[("kind", if i % 2 == 0 { "dc" } else { "isp" })])).collect();
+    // Few replicas: the debug build hashes slowly; the structures are the same at any count.
+    let p = Pool::new(exits, Config { replicas: 4, ..cfg() }, Arc::new(clock)).unwrap();
+    let g = p.try_acquire(0, Some("acct"), None).unwrap();
+    p.release(g.id, &Report::SUCCESS);
+    assert_eq!(p.bench(&g.exit.id).unwrap(), vec!["acct".to_owned()]);
+    p.unbench(&g.exit.id).unwrap();
+    p.add(exit("extra", 2, &[("kind", "dc")])).unwrap();
+    p.remove("e7").unwrap();
+    let dc = p.subset(vec![("kind".into(), "dc".into())]).unwrap();
+    assert_eq!(p.members(dc).len(), 10_001);
+    assert_eq!(p.members(0).len(), 20_000);
+    let g = p.try_acquire(dc, Some("acct-2"), None).unwrap();
+    assert_eq!(g.exit.tag("kind"), Some("dc"));
+    p.release(g.id, &Report::SUCCESS);
+    assert_eq!(p.snapshot().exits.len(), 20_000);
+}

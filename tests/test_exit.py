@@ -611,6 +611,8 @@ INT_ARGUMENTS = {
     "Ring replicas": (lambda n: Ring([], replicas=n), "replicas", 1, 100_000),
     "Pool replicas": (lambda n: _pool(replicas=n), "replicas", 1, 100_000),
     "Pool max_leases": (lambda n: _pool(max_leases=n), "max_leases", 1, U32),
+    "Pool max_sessions": (lambda n: _pool(max_sessions=n), "max_sessions", 1, U32),
+    "Pool max_pairings": (lambda n: _pool(max_pairings=n), "max_pairings", 1, U32),
     "Pool seed": (lambda n: _pool(seed=n), "seed", 0, U64),
     "Pool.events since": (lambda n: _pool().events(n), "since", 0, U64),
     **{

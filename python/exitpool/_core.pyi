@@ -236,8 +236,11 @@ class Pool:
     exit; a lease not released within ``lease_ttl`` expires. ``balance_factor`` (e.g. 1.25)
     turns on bounded loads for new sessions; ``warmup`` (True, a ramp in seconds, or a dict
     of ``ramp``, ``initial_interval``, ``horizon``) spaces out a new key/exit pairing's first
-    leases. ``clock`` replaces time for tests; ``seed`` makes ``p2c`` reproducible;
-    ``cooldown`` is the ``lru`` per-site cooldown. ``store`` (``"memory://NAME"``,
+    leases. ``max_sessions`` and ``max_pairings`` bound what one-off keys keep alive: over
+    either, the least recently used go first (never a session holding a lease), with a
+    ``sessions_evicted`` / ``pairings_evicted`` event; ``None`` lifts the bound. ``clock``
+    replaces time for tests; ``seed`` makes ``p2c`` reproducible; ``cooldown`` is the ``lru``
+    per-site cooldown. ``store`` (``"memory://NAME"``,
     ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
     ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
     next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
@@ -255,6 +258,8 @@ class Pool:
         max_leases: Optional[int] = None,
         balance_factor: Optional[float] = None,
         warmup: Union[None, bool, float, Mapping[str, float]] = None,
+        max_sessions: Optional[int] = 1000000,
+        max_pairings: Optional[int] = 1000000,
         clock: Optional[ManualClock] = None,
         seed: Optional[int] = None,
         cooldown: float = 8.0,

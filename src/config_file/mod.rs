@@ -114,6 +114,8 @@ pub struct Settings {
     pub max_leases: Option<i128>,
     pub balance_factor: Option<f64>,
     pub warmup: Option<Warmup>,
+    pub max_sessions: Option<i128>,
+    pub max_pairings: Option<i128>,
     pub seed: Option<i128>,
     pub cooldown: Option<f64>,
     pub health: Option<HealthConfig>,

@@ -20,7 +20,16 @@ pub struct Config {
     pub health: HealthConfig,
     /// Track each exit's distinct identities and burn verdicts over 24 h, for `recalibrate`.
     pub calibrate: bool,
+    /// Sessions kept at most (`None`: no bound but their TTL); idle ones go first.
+    pub max_sessions: Option<u32>,
+    /// Warm-up pairings kept at most (`None`: no bound but the horizon).
+    pub max_pairings: Option<u32>,
 }
+
+/// The default of both `max_sessions` and `max_pairings`. A million sessions take about
+/// 100 MB and a million pairings about 40 MB (docs/sessions-and-leases.md has the figures);
+/// a fleet with more accounts active within one `session_ttl` raises it or passes `None`.
+pub const DEFAULT_MAX_KEYS: u32 = 1_000_000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -36,6 +45,8 @@ impl Default for Config {
             seed: None,
             health: HealthConfig::default(),
             calibrate: false,
+            max_sessions: Some(DEFAULT_MAX_KEYS),
+            max_pairings: Some(DEFAULT_MAX_KEYS),
         }
     }
 }
@@ -46,6 +57,15 @@ pub fn check_max_leases(n: i128) -> Result<u32> {
     match u32::try_from(n) {
         Ok(m) if m >= 1 => Ok(m),
         _ => Err(Error::setting(&["max_leases"], format!("{n} is outside 1..={} (leave it out for no limit)", u32::MAX))),
+    }
+}
+
+/// `max_sessions` / `max_pairings` in `1..=u32::MAX`: 0 would keep nothing, not even the
+/// session a lease is using. Wide enough for any integer a caller or a config file can give.
+pub fn check_max_keys(name: &'static str, n: i128) -> Result<u32> {
+    match u32::try_from(n) {
+        Ok(m) if m >= 1 => Ok(m),
+        _ => Err(Error::setting(&[name], format!("{n} is outside 1..={} (None for no bound)", u32::MAX))),
     }
 }
 
@@ -68,6 +88,11 @@ impl Config {
         }
         if let Some(m) = self.max_leases {
             check_max_leases(m.into())?;
+        }
+        for (name, m) in [("max_sessions", self.max_sessions), ("max_pairings", self.max_pairings)] {
+            if let Some(m) = m {
+                check_max_keys(name, m.into())?;
+            }
         }
         if let Some(c) = self.balance_factor {
             if !(c.is_finite() && c > 1.0) {

@@ -155,7 +155,7 @@ impl Pool {
                                 }
                                 // Unrenewed, the fleet's copy kept its expiry: so does this one.
                                 if renew || !session || st.sessions.live(key, now).is_none() {
-                                    st.sessions.bind(key, h, now + session_ttl);
+                                    st.bind_session(key, h, now + session_ttl, now);
                                 }
                             }
                             Ok(st.commit(h, choice, key, site_id, now, lease))

@@ -77,4 +77,8 @@ pub struct Counts {
     pub ignored_releases: u64,
     pub outcomes: [u64; 8],
     pub waits: u64,
+    /// Idle sessions ended early to keep `max_sessions`.
+    pub evicted_sessions: u64,
+    /// Warm-up pairings forgotten early to keep `max_pairings`.
+    pub evicted_pairings: u64,
 }

@@ -10,10 +10,12 @@
 //! the selection strategies see them), `exits` (adding, benching, probing and judging exits),
 //! `fleet` (fleet mode: the decisions a shared store makes), `snapshot` (the records a reader
 //! gets), `document` (the snapshot as one serde document, every derived figure in it),
-//! `calibrate` (capacities measured from burned identities) and `fork` (the pools' locks
+//! `calibrate` (capacities measured from burned identities), `bound` (room under
+//! `max_sessions` and `max_pairings`) and `fork` (the pools' locks
 //! across a fork). This file holds the
 //! pool and its lease API.
 
+mod bound;
 mod calibrate;
 mod config;
 mod document;
@@ -26,7 +28,7 @@ mod snapshot;
 mod state;
 
 pub use calibrate::Recalibration;
-pub use config::{check_max_leases, Config};
+pub use config::{check_max_keys, check_max_leases, Config, DEFAULT_MAX_KEYS};
 pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
@@ -78,15 +80,16 @@ impl Pool {
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let born = clock.now();
         let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
+        let (sessions, pairings) = (Sessions::bounded(cfg.max_sessions), Pairings::bounded(cfg.max_pairings));
         let mut state = State {
             cfg,
             exits: slots,
             by_id,
             views: Vec::new(),
             view_ids: HashMap::new(),
-            sessions: Sessions::default(),
+            sessions,
             leases: Leases::default(),
-            pairings: Pairings::default(),
+            pairings,
             sites: HashMap::new(),
             site_names: vec!["".into()],
             board,

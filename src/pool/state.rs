@@ -310,7 +310,11 @@ impl State {
         let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
-                if let Err(wait) = self.pairings.admit(cfg, key, h, now) {
+                let admitted = self.pairings.admit(cfg, key, h, now);
+                if let Ok(forgotten @ 1..) = admitted {
+                    self.pairings_evicted(forgotten, now);
+                }
+                if let Err(wait) = admitted {
                     self.board.events.push(
                         now,
                         EventKind::WarmingUp,
@@ -321,7 +325,7 @@ impl State {
                     return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
                 }
             }
-            self.sessions.bind(key, h, now + self.cfg.session_ttl);
+            self.bind_session(key, h, now + self.cfg.session_ttl, now);
         }
         Ok(self.commit(h, choice, key, site, now, 0))
     }

@@ -219,7 +219,21 @@ impl PyConfigFile {
         macro_rules! put {
             ($($field:ident),*) => { $( if let Some(v) = &s.$field { d.set_item(stringify!($field), v)?; } )* };
         }
-        put!(strategy, replicas, session_ttl, lease_ttl, max_leases, balance_factor, seed, cooldown, calibrate, store, namespace);
+        put!(
+            strategy,
+            replicas,
+            session_ttl,
+            lease_ttl,
+            max_leases,
+            balance_factor,
+            max_sessions,
+            max_pairings,
+            seed,
+            cooldown,
+            calibrate,
+            store,
+            namespace
+        );
         if let Some(w) = &s.warmup {
             match w {
                 Warmup::Switch(b) => d.set_item("warmup", b)?,

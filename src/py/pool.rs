@@ -104,6 +104,32 @@ fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>
     Ok(out)
 }
 
+/// `max_sessions` / `max_pairings` as given: left out (the default bound), `None` (no bound)
+/// or a value for the core to judge.
+enum KeyBound {
+    Default,
+    Unbounded,
+    Given(Py<PyAny>),
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for KeyBound {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(if obj.is_none() { KeyBound::Unbounded } else { KeyBound::Given(obj.to_owned().unbind()) })
+    }
+}
+
+impl KeyBound {
+    fn judged(self, py: Python<'_>, name: &'static str) -> PyResult<Option<u32>> {
+        match self {
+            KeyBound::Default => Ok(Some(crate::pool::DEFAULT_MAX_KEYS)),
+            KeyBound::Unbounded => Ok(None),
+            KeyBound::Given(v) => judged_int(py, v.bind(py), name, |n| crate::pool::check_max_keys(name, n)).map(Some),
+        }
+    }
+}
+
 fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
     timeout.map(|t| crate::clock::check_wait("timeout", t)).transpose().py_err(py)
 }
@@ -114,9 +140,10 @@ impl PyPool {
     // The strings' defaults are applied below, where every str is read as text (a str default
     // cannot be a `Bound`); the signature Python shows keeps them.
     #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=Float(900.0), lease_ttl=Float(120.0),
-                        max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=Float(8.0),
+                        max_leases=None, balance_factor=None, warmup=None, max_sessions=KeyBound::Default,
+                        max_pairings=KeyBound::Default, clock=None, seed=None, cooldown=Float(8.0),
                         health=None, calibrate=false, store=None, namespace=None),
-           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\")")]
+           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, max_sessions=1000000, max_pairings=1000000, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\")")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -128,6 +155,8 @@ impl PyPool {
         max_leases: Option<&Bound<'_, PyAny>>,
         balance_factor: Option<Float>,
         warmup: Option<&Bound<'_, PyAny>>,
+        max_sessions: KeyBound,
+        max_pairings: KeyBound,
         clock: Option<&Bound<'_, PyManualClock>>,
         seed: Option<&Bound<'_, PyAny>>,
         cooldown: Float,
@@ -167,6 +196,8 @@ impl PyPool {
             seed,
             health: extract_health(py, health)?,
             calibrate,
+            max_sessions: max_sessions.judged(py, "max_sessions")?,
+            max_pairings: max_pairings.judged(py, "max_pairings")?,
         };
         let clock: Arc<dyn Clock> = match clock {
             Some(c) => Arc::new(c.get().inner.clone()),
