@@ -422,9 +422,9 @@ class CountingPool:
     def __init__(self, pool):
         self.pool, self.snapshots = pool, 0
 
-    def snapshot(self):
+    def snapshot(self, *args, **kwargs):
         self.snapshots += 1
-        return self.pool.snapshot()
+        return self.pool.snapshot(*args, **kwargs)
 
 
 def test_one_snapshot_per_scrape_and_none_on_registration(driven):
