@@ -106,7 +106,7 @@ impl Selection {
     pub fn state_named(name: &str) -> crate::Result<Health> {
         Health::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
             let names: Vec<&str> = Health::ALL.iter().map(|s| s.name()).collect();
-            crate::error::Error::BadInput(format!("snapshot state {name:?} is no health state: one of {}", names.join(", ")))
+            crate::error::Error::BadInput(format!("snapshot state '{name}' is no health state: one of {}", names.join(", ")))
         })
     }
 }
