@@ -32,13 +32,9 @@ pub struct SnapshotDocument {
 }
 
 impl Pool {
-    /// The snapshot as one document, with the fleet's figures. With a shared store this asks
-    /// the store: call it without holding anything others wait for.
-    pub fn snapshot_document(&self) -> SnapshotDocument {
-        self.snapshot_document_of(&Selection::default())
-    }
-
-    /// The document with the exits `sel` lists (the fleet is asked about those alone).
+    /// The snapshot as one document, with the fleet's figures for the exits `sel` lists (the
+    /// store is asked about those alone). With a shared store this asks the store: call it
+    /// without holding anything others wait for.
     pub fn snapshot_document_of(&self, sel: &Selection) -> SnapshotDocument {
         let snap = self.snapshot_of(sel);
         let ids: Vec<&str> = snap.exits.iter().map(|e| e.exit.id.as_str()).collect();

@@ -304,9 +304,10 @@ fn sum_outcomes<'a>(tallies: impl Iterator<Item = &'a Tally>) -> [u64; 8] {
 }
 
 impl State {
-    /// Appends exit `h`'s record and its matrix cells (one per site of `snap`) to `snap`.
+    /// Appends exit `h`'s record and its matrix cells (one per site of `snap`) to `snap`;
+    /// nothing for an exit removed since the first hold, so records and rows stay aligned.
     fn copy_exit(&self, h: u32, now: f64, sessions: u32, snap: &mut Snapshot) {
-        let s = &self.exits[h as usize];
+        let Some(s) = self.exits.get(h as usize).filter(|s| !s.removed) else { return };
         let b = self.board.tunnel_breaker(h);
         snap.exits.push(ExitRecord {
             exit: s.exit.clone(),
