@@ -1,58 +1,170 @@
-"""What `pool.snapshot()` costs on a large pool: 1,000 exits x 100 sites, every pair with data.
+"""What `pool.snapshot()` costs on a large pool, and what it costs the threads leasing meanwhile.
 
-    python bench/snapshot.py            # 1,000 x 100
-    python bench/snapshot.py --quick    # 200 x 20
+    python bench/snapshot.py                  # 10,000 exits x 5 sites, every cell filled
+    python bench/snapshot.py --quick          # 1,000 exits x 5 sites
+    python bench/snapshot.py --exits 1000 --sites 100
 
-Prints the time of one snapshot (best of several) and of serialising it to JSON, as a share
-of one second: the budget of a dashboard that polls every second.
+Prints, all measured in this one run:
+
+- one `acquire` + `release` pair (round robin, no site), the unit the stalls are compared to;
+- `snapshot()` (best and median of several), the summary form `snapshot(exits=False)`, a
+  filtered one (one tag value) and one Prometheus scrape (`PoolCollector.collect()` at its
+  defaults), each also as a share of a 5 s polling interval;
+- the worst and the 99.9th percentile gap between two lease pairs of a thread leasing in a loop,
+  first with nothing else running (the baseline: the interpreter's own switches and the
+  machine's noise) and then while the main thread takes snapshots (whole, summary) or scrapes
+  back to back; the ratio of the worst gaps says how much each stalls a leasing thread. What
+  remains with whole snapshots is mostly the interpreter's: freeing the previous snapshot's
+  million objects and the garbage collector's passes over them, both with the GIL held.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import threading
 import time
+from typing import Callable, List, Tuple
 
 from exitpool import Exit, ManualClock, Pool
 
+COUNTRIES = ("us", "de", "fr", "gb", "nl", "jp", "br", "in", "ca", "au")
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    n_exits, n_sites = (200, 20) if args.quick else (1000, 100)
+
+def filled_pool(n_exits: int, n_sites: int) -> Tuple[Pool, ManualClock]:
+    """A pool of `n_exits` exits tagged by country, every (exit, site) cell with reports."""
     clock = ManualClock()
     pool = Pool(
-        [Exit(f"exit-{i:04d}", f"http://user:pw@10.{i // 250}.{i % 250}.1:8000") for i in range(n_exits)],
+        [
+            Exit(f"exit-{i:06d}", f"http://user:pw@10.{i // 62500}.{i // 250 % 250}.{i % 250}:8000", tags={"country": COUNTRIES[i % 10]})
+            for i in range(n_exits)
+        ],
         strategy="round_robin",
         clock=clock,
         seed=1,
     )
-    sites = [f"site-{j:03d}.example" for j in range(n_sites)]
-    t = time.perf_counter()
-    # Round-robin over the exits while the site turns more slowly, so every pair gets reports.
-    rounds = 3
-    for r in range(rounds):
-        for j, site in enumerate(sites):
-            for _ in range(n_exits):
-                lease = pool.acquire(site=site)
-                pool.release(lease, status=200 if (j + r) % 7 else 503, latency=0.05 + (j % 10) * 0.02)
+    for j in range(n_sites):
+        site = f"site-{j:03d}.example"
+        for i in range(n_exits):
+            lease = pool.acquire(site=site)
+            pool.release(lease, status=503 if (i + j) % 11 == 0 else 200, latency=0.05 + (i % 10) * 0.02)
         clock.advance(1.0)
-    fill = time.perf_counter() - t
-    reports = rounds * n_sites * n_exits
-    print(f"{n_exits} exits x {n_sites} sites, {reports:,} reports to fill ({fill / reports * 1e9:,.0f} ns per acquire+release)")
-    best_snap = best_json = float("inf")
-    for _ in range(5):
+    return pool, clock
+
+
+def timed(fn: Callable[[], object], rounds: int) -> Tuple[float, float]:
+    """Best and median seconds of `rounds` calls."""
+    times = []
+    for _ in range(rounds):
         t = time.perf_counter()
-        snap = pool.snapshot()
-        best_snap = min(best_snap, time.perf_counter() - t)
-        t = time.perf_counter()
-        text = json.dumps(snap)
-        best_json = min(best_json, time.perf_counter() - t)
-    filled = sum(cell is not None for row in snap["matrix"]["cells"] for cell in row)
-    print(f"matrix cells with data: {filled:,} of {n_exits * n_sites:,}; JSON size {len(text) / 1e6:.1f} MB")
-    print(f"snapshot():   {best_snap * 1e3:8.1f} ms  ({best_snap:.1%} of a 1 s polling budget)")
-    print(f"json.dumps(): {best_json * 1e3:8.1f} ms  ({best_json:.1%})")
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times)
+
+
+def pair_ns(pool: Pool, n: int = 20000) -> float:
+    t = time.perf_counter()
+    for _ in range(n):
+        pool.release(pool.acquire())
+    return (time.perf_counter() - t) / n * 1e9
+
+
+def gaps_while(pool: Pool, busy: Callable[[], object], seconds: float) -> Tuple[float, float, int, int]:
+    """A thread leases in a loop for `seconds` while the main thread calls `busy` back to back
+    (or sleeps, for `busy=None`): the worst and the 99.9th percentile gap between two of its
+    pairs, its number of pairs, and the number of `busy` calls."""
+    stop = threading.Event()
+    gaps: List[float] = []
+
+    def lease_loop() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            pool.release(pool.acquire())
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    t = threading.Thread(target=lease_loop)
+    t.start()
+    calls = 0
+    deadline = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < deadline:
+            if busy is None:
+                time.sleep(0.05)
+            else:
+                busy()
+                calls += 1
+    finally:
+        stop.set()
+        t.join()
+    gaps.sort()
+    return gaps[-1], gaps[int(len(gaps) * 0.999)], len(gaps), calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="1,000 exits and shorter runs")
+    ap.add_argument("--exits", type=int, default=None)
+    ap.add_argument("--sites", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=None, help="length of each stall run")
+    args = ap.parse_args()
+    n_exits = args.exits or (1000 if args.quick else 10000)
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rounds = 5 if args.quick else 9
+
+    t = time.perf_counter()
+    pool, _ = filled_pool(n_exits, args.sites)
+    print(f"{n_exits:,} exits x {args.sites} sites, every cell filled (built and filled in {time.perf_counter() - t:.1f} s)")
+    pair = pair_ns(pool)
+    print(f"lease pair (acquire + release): {pair:,.0f} ns")
+
+    snap = pool.snapshot()
+    print(f"snapshot JSON: {len(json.dumps(snap)) / 1e6:.1f} MB, {len(snap['exits']):,} exits")
+    # Not kept alive: the garbage collector's full passes would walk its million objects
+    # during every measurement below (a stall of the benchmark's making, not the pool's).
+    del snap
+    budget = 5.0
+    forms: List[Tuple[str, Callable[[], object]]] = [
+        ("snapshot()", pool.snapshot),
+        ("snapshot(exits=False)", lambda: pool.snapshot(exits=False)),
+        ("snapshot(tags={'country': 'de'})", lambda: pool.snapshot(tags={"country": "de"})),
+    ]
+    collector = None
+    try:
+        from exitpool.prometheus import PoolCollector
+
+        collector = PoolCollector(pool)
+        forms.append(("PoolCollector.collect()", lambda: list(collector.collect())))
+    except ImportError:
+        pass
+    for name, fn in forms:
+        try:
+            best, median = timed(fn, rounds)
+        except TypeError as e:  # an older build without the summary form
+            print(f"{name:36} n/a ({e})")
+            continue
+        print(f"{name:36} best {best * 1e3:8.1f} ms, median {median * 1e3:8.1f} ms ({median / budget:.1%} of a {budget:.0f} s poll)")
+
+    base_worst, base_p999, base_n, _ = gaps_while(pool, None, seconds)
+    print(f"{'leasing thread alone:':41} worst gap {base_worst * 1e3:7.2f} ms, p99.9 {base_p999 * 1e6:8.1f} us ({base_n:,} pairs)")
+    stalls: List[Tuple[str, Callable[[], object]]] = [
+        ("snapshot()", pool.snapshot),
+        ("snapshot(exits=False)", lambda: pool.snapshot(exits=False)),
+    ]
+    if collector is not None:
+        stalls.append(("PoolCollector.collect()", lambda: list(collector.collect())))
+    for name, fn in stalls:
+        try:
+            worst, p999, n, calls = gaps_while(pool, fn, seconds)
+        except TypeError as e:  # an older build without the summary form
+            print(f"while {name}: n/a ({e})")
+            continue
+        print(
+            f"while {name + ' runs:':36} worst gap {worst * 1e3:7.2f} ms, p99.9 {p999 * 1e6:8.1f} us ({n:,} pairs, {calls} calls); "
+            f"worst {worst / base_worst:.1f}x the baseline's"
+        )
 
 
 if __name__ == "__main__":

@@ -469,3 +469,53 @@ fn add_remove_bench_and_subset_work_on_a_pool_of_twenty_thousand_exits() {
     p.release(g.id, &Report::SUCCESS);
     assert_eq!(p.snapshot().exits.len(), 20_000);
 }
+
+/// A snapshot copies its records in batches with the lock let go between them: on a pool of
+/// several batches the listing, the matrix and the groups still line up, a limit takes the
+/// worst states first, and every form gives the same pool-wide counts.
+#[test]
+fn a_snapshot_lists_what_its_selection_asks_for_and_always_counts_the_whole_pool() {
+    use exitpool::{ErrorKind, Selection};
+    let clock = ManualClock::new(0.0);
+    let exits: Vec<Exit> = (0..1000)
+        .map(|i| exit(&format!("e{i}"), 1, &[("id", &format!("e{i}")), ("half", if i % 2 == 0 { "even" } else { "odd" })]))
+        .collect();
+    let p = Pool::new(exits, Config { strategy: Strategy::RoundRobin, ..cfg() }, Arc::new(clock.clone())).unwrap();
+    for _ in 0..1000 {
+        let g = p.try_acquire(0, None, Some("shop")).unwrap();
+        p.release(g.id, &Report::SUCCESS);
+    }
+    let connect = Report::new(None, None, false, Some(ErrorKind::Connect), None).unwrap();
+    for bad in ["e700", "e301"] {
+        let view = p.subset(vec![("id".into(), bad.into())]).unwrap();
+        for _ in 0..5 {
+            let g = p.try_acquire(view, None, Some("news")).unwrap();
+            p.release(g.id, &connect);
+        }
+        assert!(p.state(bad, None).unwrap().is_ejected());
+    }
+    let ids = |s: &exitpool::Snapshot| s.exits.iter().map(|e| e.exit.id.clone()).collect::<Vec<_>>();
+    let full = p.snapshot();
+    assert_eq!(ids(&full), (0..1000).map(|i| format!("e{i}")).collect::<Vec<_>>());
+    for site in &full.sites {
+        assert_eq!(site.cells.len(), 1000);
+        assert_eq!(site.outcomes.iter().sum::<u64>(), site.cells.iter().flatten().map(|c| c.tally.reports()).sum::<u64>());
+    }
+    let worst = p.snapshot_of(&Selection { limit: Some(3), by_tag: Some("half".into()), ..Selection::default() });
+    assert_eq!(ids(&worst), ["e0", "e301", "e700"], "the two ejected, then the first in pool order");
+    assert_eq!((worst.total_exits, worst.pool.states, worst.counts.acquired), (1000, full.pool.states, full.counts.acquired));
+    assert!(worst.sites.iter().all(|s| s.cells.len() == 3));
+    let groups = worst.groups.unwrap();
+    assert_eq!(groups.iter().map(|(v, g)| (v.as_str(), g.exits, g.states[3])).collect::<Vec<_>>(), [("even", 500, 1), ("odd", 500, 1)]);
+    assert_eq!(groups.iter().map(|(_, g)| g.leases).sum::<u64>(), full.counts.acquired);
+    let odd = p.snapshot_of(&Selection {
+        tags: vec![("half".into(), "odd".into())],
+        exit_ids: Some(vec!["e301".into(), "e2".into(), "e999".into(), "gone".into()]),
+        ..Selection::default()
+    });
+    assert_eq!(ids(&odd), ["e301", "e999"]);
+    let summary = p.snapshot_of(&Selection { limit: Some(0), ..Selection::default() });
+    assert!(summary.exits.is_empty() && summary.sites.iter().all(|s| s.cells.is_empty()));
+    assert_eq!(summary.sites.iter().map(|s| s.outcomes).collect::<Vec<_>>(), full.sites.iter().map(|s| s.outcomes).collect::<Vec<_>>());
+    assert!(Selection::state_named("sick").unwrap_err().to_string().contains("'sick'"));
+}

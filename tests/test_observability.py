@@ -163,3 +163,166 @@ def test_a_lease_says_how_its_exit_was_chosen_and_in_what_state(clock):
     with pool.lease("acct", site="s.example") as lease:
         assert lease.exit_state == "degraded"
     assert math.isfinite(pool.snapshot()["exits"][0]["time_in_state"])
+
+
+# -- snapshots of large pools: the summary, the filters, the groups ---------------------------
+
+COUNTRIES = ("us", "de", "fr")
+# The pool-wide parts of a snapshot, which every form of it gives whole.
+POOL_WIDE = ("version", "pool", "counts", "sites", "sessions", "live_leases", "store")
+
+
+@pytest.fixture(scope="module")
+def large():
+    """3,000 exits tagged by country (one in ten untagged), two sites served, three exits
+    quarantined (five connect errors each), two benched, a few live sessions and leases."""
+    clock = ManualClock()
+    exits = [
+        Exit(
+            f"x{i:04d}", f"http://user:{PASSWORD}@10.0.{i // 250}.{i % 250}:8000", tags={} if i % 10 == 9 else {"country": COUNTRIES[i % 3]}
+        )
+        for i in range(3000)
+    ]
+    pool = Pool(exits, strategy="round_robin", clock=clock, seed=1)
+    for site in ("shop.example", "news.example"):
+        for n in range(3000):
+            pool.release(pool.acquire(site=site), status=200 if n % 7 else 503, latency=0.1)
+    bad = ["x0100", "x1201", "x2502"]
+    for x in bad:
+        one = pool.subset(country=COUNTRIES[int(x[1:]) % 3])
+        for _ in range(5):
+            pool.release(one.acquire(site="shop.example", avoid=[e.exit_id for e in one.exits if e.exit_id != x]), error="connect")
+        assert pool.state(x) == "quarantined"
+    pool.bench("x0003")
+    pool.bench("x0004")
+    held = [pool.acquire(f"acct{k}") for k in range(4)]
+    yield pool, bad
+    for lease in held:
+        pool.release(lease, status=200)
+
+
+def test_the_summary_has_every_pool_wide_figure_and_no_exit(large):
+    pool, _ = large
+    full, summary = pool.snapshot(), pool.snapshot(exits=False)
+    for key in POOL_WIDE:
+        assert summary[key] == full[key], key
+    assert summary["pool"]["exits"] == len(full["exits"]) == 3000
+    assert sum(summary["pool"]["states"].values()) == 3000 and summary["pool"]["states"]["quarantined"] == 3
+    assert summary["exits"] == [] and summary["matrix"]["exits"] == [] and summary["matrix"]["cells"] == []
+    assert summary["matrix"]["sites"] == full["matrix"]["sites"] and summary["groups"] is None
+    json.dumps(summary)
+
+
+def test_filters_list_exactly_the_matching_exits_in_pool_order(large):
+    pool, bad = large
+    full = pool.snapshot()
+    by_id = {e["exit_id"]: e for e in full["exits"]}
+    row_of = dict(zip(full["matrix"]["exits"], full["matrix"]["cells"]))
+
+    def listed(**kw):
+        snap = pool.snapshot(**kw)
+        for key in POOL_WIDE:
+            assert snap[key] == full[key], (kw, key)
+        ids = [e["exit_id"] for e in snap["exits"]]
+        # Each listed exit's record and matrix row are the full snapshot's.
+        assert snap["matrix"]["exits"] == ids
+        assert [by_id[x] for x in ids] == snap["exits"]
+        assert snap["matrix"]["cells"] == [row_of[x] for x in ids]
+        return ids
+
+    everyone = [e["exit_id"] for e in full["exits"]]
+    assert listed(state="quarantined") == bad
+    assert listed(state=["dead", "quarantined"]) == bad
+    assert listed(state=("healthy",)) == [x for x in everyone if x not in bad]
+    assert listed(tags={"country": "de"}) == [x for x in everyone if by_id[x]["tags"].get("country") == "de"]
+    assert listed(tags={"country": "de", "other": "x"}) == []
+    assert listed(exit_ids=["x2999", "x0007", "nope", "x0007"]) == ["x0007", "x2999"]
+    assert listed(exit_ids=[]) == []
+    assert listed(tags={"country": "de"}, state="quarantined") == ["x0100", "x1201"]
+    assert listed(limit=0) == []
+    assert listed(limit=3000) == everyone
+    # A limit takes the worst states first, ties in pool order, and lists them in pool order.
+    assert listed(limit=2) == ["x0100", "x1201"]
+    assert listed(limit=5) == sorted(bad + ["x0000", "x0001"])
+    assert listed(limit=5, tags={"country": "us"}) == ["x0000", "x0003", "x0006", "x0012", "x2502"]
+
+
+def test_groups_by_tag_sum_to_the_pool(large):
+    pool, bad = large
+    snap = pool.snapshot(exits=False, by_tag="country")
+    groups = snap["groups"]
+    assert set(groups) == {"us", "de", "fr", ""}
+    assert groups[""]["exits"] == 300
+    full = pool.snapshot()
+    for key in ("exits", "benched"):
+        assert sum(g[key] for g in groups.values()) == snap["pool"][key]
+    for state, n in snap["pool"]["states"].items():
+        assert sum(g["states"][state] for g in groups.values()) == n
+    assert sum(g["active_leases"] for g in groups.values()) == snap["pool"]["live_leases"] == 4
+    assert sum(g["sessions"] for g in groups.values()) == snap["pool"]["sessions"]
+    assert sum(g["leases"] for g in groups.values()) == snap["counts"]["acquired"]
+    for outcome, n in snap["counts"]["outcomes"].items():
+        assert sum(g["outcomes"][outcome] for g in groups.values()) == n
+    # And each group is its exits' sum.
+    de = [e for e in full["exits"] if e["tags"].get("country") == "de"]
+    assert groups["de"]["exits"] == len(de) and groups["de"]["leases"] == sum(e["leases"] for e in de)
+    assert groups["de"]["states"]["quarantined"] == sum(x in bad for x in (e["exit_id"] for e in de))
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(exits=1), "exits"),
+        (dict(exits="no"), "exits"),
+        (dict(state="sick"), "'sick'"),
+        (dict(state=["healthy", "cooling"]), "'cooling'"),
+        (dict(state=[3]), "state"),
+        (dict(state=5), "state"),
+        (dict(tags=["country"]), "tags"),
+        (dict(tags={"country": 1}), "tags"),
+        (dict(exit_ids="x0001"), "exit_ids"),
+        (dict(exit_ids=[1]), "exit_ids"),
+        (dict(exit_ids=5), "exit_ids"),
+        (dict(limit=-1), "-1"),
+        (dict(limit=1.5), "1.5"),
+        (dict(limit=True), "True"),
+        (dict(by_tag=""), "by_tag"),
+        (dict(by_tag=3), "by_tag"),
+        (dict(exits=False, limit=3), "limit"),
+        (dict(exits=False, state="dead"), "state"),
+    ],
+)
+def test_bad_snapshot_arguments_raise_invalid_input_naming_them(kwargs, named):
+    from exitpool import InvalidInput
+
+    pool = Pool(exits(3))
+    with pytest.raises(InvalidInput, match=named.replace("(", r"\(")) as e:
+        pool.snapshot(**kwargs)
+    assert PASSWORD not in str(e.value)
+
+
+def test_a_snapshot_taken_while_threads_lease_is_whole(large):
+    # Records are copied in batches with the lock let go between them: what threads change
+    # meanwhile must never tear the document (every exit once, matrix rows aligned).
+    pool, _ = large
+    stop = threading.Event()
+
+    def lease_loop():
+        n = 0
+        while not stop.is_set() and n < 200_000:
+            pool.release(pool.acquire(site="shop.example"), status=200)
+            n += 1
+
+    threads = [threading.Thread(target=lease_loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(3):
+            snap = pool.snapshot()
+            ids = [e["exit_id"] for e in snap["exits"]]
+            assert len(ids) == len(set(ids)) == 3000 and snap["matrix"]["exits"] == ids
+            assert all(len(row) == len(snap["matrix"]["sites"]) for row in snap["matrix"]["cells"])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()

@@ -422,9 +422,9 @@ class CountingPool:
     def __init__(self, pool):
         self.pool, self.snapshots = pool, 0
 
-    def snapshot(self):
+    def snapshot(self, *args, **kwargs):
         self.snapshots += 1
-        return self.pool.snapshot()
+        return self.pool.snapshot(*args, **kwargs)
 
 
 def test_one_snapshot_per_scrape_and_none_on_registration(driven):
@@ -538,3 +538,112 @@ def test_throughput_counts_from_the_pool_start_not_from_time_zero():
         pool.release(lease, status=200)
     m = exposed(pool)
     assert m("exitpool_leases_per_second") == pytest.approx(1.0, rel=0.05)
+
+
+# -- large pools: bounded per-exit series, aggregates beyond them ------------------------------
+
+COUNTRIES = ("us", "de", "fr", "nl")
+
+
+@pytest.fixture(scope="module")
+def large_pool():
+    """10,000 exits tagged by country, every one served once on a site, four quarantined."""
+    exits = [
+        Exit(f"x{i:05d}", f"http://user:{PASSWORD}@10.{i // 62500}.{i // 250 % 250}.{i % 250}:8000", tags={"country": COUNTRIES[i % 4]})
+        for i in range(10000)
+    ]
+    pool = Pool(exits, strategy="round_robin", clock=ManualClock(), seed=1)
+    for n in range(10000):
+        pool.release(pool.acquire(site="shop.example"), status=200 if n % 5 else 403, latency=0.05)
+    bad = ["x00007", "x04242", "x05000", "x09999"]
+    for x in bad:
+        one = pool.subset(country=COUNTRIES[int(x[1:]) % 4])
+        others = [e.exit_id for e in one.exits if e.exit_id != x]
+        for _ in range(5):
+            pool.release(one.acquire(site="news.example", avoid=others), error="connect")
+        assert pool.state(x) == "quarantined"
+    return pool, bad
+
+
+def exit_label_values(m):
+    return {v for (name, labels) in m.samples for k, v in labels if k == "exit" and name.startswith("exitpool_exit_")}
+
+
+def test_a_10000_exit_pool_exports_at_most_max_exits_the_worst_first(large_pool):
+    pool, bad = large_pool
+    m = exposed(pool, max_exits=100, per_site=True, max_cells=50)
+    exported = exit_label_values(m)
+    assert len(exported) == 100 == m("exitpool_exits_exported")
+    assert set(bad) <= exported, "the quarantined exits are the ones worth a series"
+    assert {x for (name, labels) in m.samples if name.startswith("exitpool_exit_site_") for k, x in labels if k == "exit"} <= exported
+    assert len(m.series("exitpool_exit_site_reports_total")) == 50
+    assert {x for labels in m.series("exitpool_exit_site_reports_total") for k, x in labels if k == "exit"} >= set(bad)
+    # The pool-wide figures still count every exit.
+    assert sum(m.series("exitpool_exits").values()) == 10000
+    assert m("exitpool_exits", state="quarantined") == 4
+    # At its defaults the collector exports at most 1,000 exits.
+    assert len(exit_label_values(exposed(pool))) == 1000
+
+
+def test_aggregates_by_tag_sum_to_the_pool_and_need_no_per_exit_series(large_pool):
+    pool, bad = large_pool
+    m = exposed(pool, max_exits=0, by_tag="country")
+    assert exit_label_values(m) == set() and m("exitpool_exits_exported") == 0
+    by_state = {}
+    for labels, v in m.series("exitpool_tag_exits").items():
+        labels = dict(labels)
+        assert labels["country"] in COUNTRIES
+        by_state[labels["state"]] = by_state.get(labels["state"], 0) + v
+    assert by_state == {dict(labels)["state"]: v for labels, v in m.series("exitpool_exits").items()}
+    assert sum(by_state.values()) == 10000
+    assert m("exitpool_tag_exits", country="de", state="healthy") == 2500 - sum(int(x[1:]) % 4 == 1 for x in bad)
+    for outcome in OUTCOMES:
+        total = sum(v for labels, v in m.series("exitpool_tag_outcomes_total").items() if dict(labels)["outcome"] == outcome)
+        assert total == m("exitpool_outcomes_total", outcome=outcome), outcome
+    assert sum(m.series("exitpool_tag_leases_total").values()) == m("exitpool_leases_acquired_total")
+    assert sum(m.series("exitpool_tag_active_leases").values()) == m("exitpool_live_leases")
+
+
+class SnapshotSpy:
+    """A pool stand-in that records how many exits each snapshot it hands out lists."""
+
+    def __init__(self, pool):
+        self.pool, self.listed = pool, []
+
+    def snapshot(self, *args, **kwargs):
+        snap = self.pool.snapshot(*args, **kwargs)
+        self.listed.append(len(snap["exits"]))
+        return snap
+
+
+def test_a_scrape_asks_the_pool_for_the_exported_exits_only(large_pool):
+    pool, _ = large_pool
+    for max_exits, listed in ((100, 100), (0, 0)):
+        spy = SnapshotSpy(pool)
+        exposed(spy, max_exits=max_exits, by_tag="country")
+        assert spy.listed == [listed]
+
+
+def test_max_exits_none_exports_every_exit(driven):
+    assert exit_label_values(exposed(driven.pool, max_exits=None)) == set(PROXIES)
+    assert exit_label_values(exposed(driven.pool, max_exits=2)) == {"flaky", "fast"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        (dict(max_exits=-1), "max_exits"),
+        (dict(max_exits="10"), "max_exits"),
+        (dict(max_exits=True), "max_exits"),
+        (dict(max_cells=None), "max_cells"),
+        (dict(by_tag="state"), "'state'"),
+        (dict(by_tag="has-dash"), "'has-dash'"),
+        (dict(by_tag="__x"), "'__x'"),
+        (dict(by_tag=""), "''"),
+    ],
+)
+def test_bad_collector_knobs_raise_invalid_input(kwargs, named):
+    from exitpool import InvalidInput
+
+    with pytest.raises(InvalidInput, match=named):
+        PoolCollector(Pool([Exit("a", "http://127.0.0.1:9")]), **kwargs)

@@ -111,6 +111,7 @@ def test_every_typeddict_is_one_the_core_fills():
         "FleetExit",
         "StoreSnapshot",
         "Snapshot",
+        "TagGroup",
         "Event",
         "Recalibration",
     }
@@ -118,8 +119,9 @@ def test_every_typeddict_is_one_the_core_fills():
 
 def test_a_local_pool_returns_what_the_stub_says():
     pool = busy_pool()
-    snap = pool.snapshot()
-    # The scenario did what the checks need: sites, a trial lease, a wait.
+    snap = pool.snapshot(by_tag="id")
+    # The scenario did what the checks need: sites, a trial lease, a wait, groups.
+    assert snap["groups"]
     assert {s["site"] for s in snap["sites"]} == {SHOP, NEWS}
     assert snap["pool"]["half_open"]["trials"] >= 1 and snap["counts"]["waits"] >= 1
     assert snap["store"] is None

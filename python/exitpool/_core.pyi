@@ -334,7 +334,23 @@ class Pool:
     @property
     def exits(self) -> List[Exit]: ...
     def now(self) -> float: ...
-    def snapshot(self) -> Snapshot: ...
+    def snapshot(
+        self,
+        exits: bool = True,
+        *,
+        state: Optional[Union[HealthState, Iterable[HealthState]]] = None,
+        tags: Optional[Dict[str, str]] = None,
+        exit_ids: Optional[Iterable[str]] = None,
+        limit: Optional[int] = None,
+        by_tag: Optional[str] = None,
+    ) -> Snapshot:
+        """Everything the pool knows, as plain data. The arguments choose the exits listed
+        (their records, matrix rows and fleet figures); ``pool``, ``counts``, ``sites`` and
+        ``groups`` always cover every exit. ``exits=False``: none (the summary). ``state``:
+        only exits in that state (or those states). ``tags``: only exits carrying every one.
+        ``exit_ids``: only those (an id the pool does not hold matches nothing). ``limit``: at
+        most that many, the worst states first, ties in pool order. ``by_tag``: fill
+        ``groups`` with every exit's figures summed by that tag's value."""
     def state(self, exit_id: str, site: Optional[str] = None) -> SiteState:
         """The exit's health; with a site, the worse of its tunnel's and its state there.
         ``"cooling"`` while a 429 rests the exit for that site (without a site: for leases

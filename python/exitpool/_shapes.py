@@ -28,6 +28,7 @@ __all__ = [
     "SiteState",
     "Snapshot",
     "StoreSnapshot",
+    "TagGroup",
     "Waits",
 ]
 
@@ -121,6 +122,7 @@ class Waits(TypedDict):
 
 class PoolFigures(TypedDict):
     exits: int
+    """Every exit in the pool, however few the snapshot lists."""
     in_service: int
     benched: int
     states: Dict[str, int]
@@ -163,18 +165,38 @@ class StoreSnapshot(TypedDict):
     """Fleet-wide figures by exit id (empty while the store does not answer)."""
 
 
+class TagGroup(TypedDict):
+    """The figures of every exit with one value of the ``by_tag`` tag."""
+
+    exits: int
+    states: Dict[str, int]
+    benched: int
+    active_leases: int
+    sessions: int
+    leases: int
+    outcomes: OutcomeCounts
+
+
 class Snapshot(TypedDict):
+    """What ``Pool.snapshot()`` returns. Its arguments choose which exits ``exits``, the
+    matrix's rows and ``store["exits"]`` list; ``pool``, ``counts``, ``sites`` and ``groups``
+    always cover every exit."""
+
     version: int
     time: float
     pool: PoolFigures
     counts: Counts
     exits: List[ExitSnapshot]
+    """The listed exits, in pool order (all of them by default)."""
     sites: List[SiteSnapshot]
     matrix: Matrix
     sessions: int
     live_leases: int
     store: Optional[StoreSnapshot]
     """None for a pool of its own."""
+    groups: Optional[Dict[str, TagGroup]]
+    """With ``by_tag=``: every exit's figures summed by its value of that tag (``""`` for
+    exits without it); else None."""
 
 
 #: One item of ``Pool.events()`` (and of what ``Pool.on_event`` callbacks get). Written the

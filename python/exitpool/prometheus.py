@@ -19,10 +19,13 @@ counters end in ``_total``, durations are in seconds and say so (``_seconds``), 
 (``exitpool_outcomes_total`` and ``exitpool_exit_outcomes_total``), so that ``sum()`` over a
 metric never counts a request twice.
 
-Label cardinality is bounded by what the operator already chose to run: the ``exit`` label
-(the exit id, one value per exit in the pool) is always on, since "which exit is bad?" is
-the first question; the ``site`` label is only there with ``per_site=True``, since sites are
-whatever the scraper visits and may number in the thousands. Account keys, which are
+Label cardinality is bounded, as exporters of high-cardinality labels do it: the ``exit``
+label (the exit id) is on for at most ``max_exits`` exits (1,000 by default), the worst states
+first, so that "which exit is bad?" still has its answer in a pool of 100,000; beyond that the
+pool-wide counts per state and, with ``by_tag="country"``, the figures per value of one tag
+carry the rest. The ``site`` label is only there with ``per_site=True``, since sites are
+whatever the scraper visits and may number in the thousands, and the exit x site cells are
+bounded again by ``max_cells``. Account keys, which are
 unbounded and personal, are never a label. The proxy URL is never exported, masked or not:
 the exit id names the exit, and a URL carries a user name and a gateway address an
 exposition endpoint has no business publishing.
@@ -31,7 +34,7 @@ exposition endpoint has no business publishing.
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, Literal, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -40,7 +43,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     raise ImportError("exitpool.prometheus needs prometheus_client: pip install 'exitpool[prometheus]'") from e
 
 from ._core import _OUTCOMES, Pool, __version__
-from ._shapes import Snapshot
+from ._errors import InvalidInput
+from ._shapes import ExitSnapshot, Snapshot
 from ._states import STATES
 
 __all__ = ["PoolCollector"]
@@ -53,6 +57,15 @@ LATENCY_QUANTILES: Tuple[Tuple[Literal["p50", "p95", "p99"], str], ...] = (("p50
 WAIT_QUANTILES: Tuple[Tuple[Literal["p50", "p99"], str], ...] = (("p50", "0.5"), ("p99", "0.99"))
 
 _NAMESPACE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Labels the per-tag families already carry: a tag by one of these names cannot be a label.
+_TAKEN_LABELS = ("state", "outcome", "exit", "site", "quantile", "version")
+
+#: Exits with per-exit series by default: a scrape of 1,000 exits is about 25,000 series,
+#: as much as one target usually should expose.
+MAX_EXITS = 1000
+#: Exit x site cells with series by default (``per_site=True``), four series each.
+MAX_CELLS = 10000
 
 # The families this collector makes: both take samples with add_metric(labels, value), which
 # the base Metric does not have.
@@ -71,23 +84,58 @@ class PoolCollector:
     ``namespace`` replaces the ``exitpool`` prefix, for a process that exports two pools (two
     collectors with one namespace would register the same names, which the registry refuses).
 
+    ``max_exits`` bounds the per-exit series (``exitpool_exit_*``): at most that many exits
+    have them, the worst states first (quarantined and dead before degraded before healthy,
+    ties in pool order, so the set changes only when states do); ``0`` exports none, ``None``
+    every exit. ``exitpool_exits_exported`` says how many did. Each scrape asks the pool for
+    those exits alone (``pool.snapshot(limit=max_exits)``), so a scrape of a 100,000-exit pool
+    does not build a record per exit. ``by_tag="country"`` adds the figures summed per value
+    of that tag (``exitpool_tag_exits{country,state}``, ``exitpool_tag_outcomes_total``, ...),
+    over every exit whatever ``max_exits`` is; exits without the tag count under ``""``.
+    ``max_cells`` bounds the exit x site cells of ``per_site=True`` the same way (the worst
+    exits' cells first).
+
     A figure that does not exist yet (a success ratio before the exit's first report, a
     latency quantile before its first timed report, the half-open success ratio before the
     first trial) is left out of the scrape rather than exported as 0, which would read as
     "everything fails" or "instant".
     """
 
-    def __init__(self, pool: Pool, *, per_site: bool = False, namespace: str = "exitpool") -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        per_site: bool = False,
+        namespace: str = "exitpool",
+        max_exits: Optional[int] = MAX_EXITS,
+        by_tag: Optional[str] = None,
+        max_cells: int = MAX_CELLS,
+    ) -> None:
         if not callable(getattr(pool, "snapshot", None)):
             raise TypeError(f"PoolCollector needs an exitpool.Pool, got {type(pool).__name__}")
         if not isinstance(namespace, str) or not _NAMESPACE.match(namespace):
             raise ValueError(f"namespace {namespace!r} is not a valid Prometheus metric name prefix")
+        if max_exits is not None:
+            _count("max_exits", max_exits)
+        _count("max_cells", max_cells)
+        if by_tag is not None and (
+            not isinstance(by_tag, str) or not _LABEL.match(by_tag) or by_tag.startswith("__") or by_tag in _TAKEN_LABELS
+        ):
+            raise InvalidInput(
+                f"by_tag {by_tag!r} cannot be a Prometheus label name (letters, digits and _, not {', '.join(_TAKEN_LABELS)})"
+            )
         self._pool = pool
         self._per_site = bool(per_site)
         self._ns = namespace
+        self._max_exits = max_exits
+        self._by_tag = by_tag
+        self._max_cells = max_cells
 
     def __repr__(self) -> str:
-        return f"PoolCollector({self._pool!r}, per_site={self._per_site}, namespace={self._ns!r})"
+        return (
+            f"PoolCollector({self._pool!r}, per_site={self._per_site}, namespace={self._ns!r}, "
+            f"max_exits={self._max_exits!r}, by_tag={self._by_tag!r}, max_cells={self._max_cells!r})"
+        )
 
     def describe(self) -> List[Metric]:
         """The metric families without samples.
@@ -99,12 +147,17 @@ class PoolCollector:
 
     def collect(self) -> Iterator[Metric]:
         """One snapshot, turned into metric families: called by the registry on every scrape."""
-        snap = self._pool.snapshot()
+        if self._max_exits == 0:
+            snap = self._pool.snapshot(False, by_tag=self._by_tag)
+        else:
+            snap = self._pool.snapshot(limit=self._max_exits, by_tag=self._by_tag)
         f = self._families()
         self._pool_figures(f, snap)
         self._exit_figures(f, snap)
+        if self._by_tag is not None:
+            self._tag_figures(f, snap, self._by_tag)
         if self._per_site:
-            self._site_figures(f, snap)
+            self._site_figures(f, snap, self._max_cells)
         return iter(f.values())
 
     # -- the families ------------------------------------------------------------------------
@@ -149,6 +202,7 @@ class PoolCollector:
             "global_incident",
             "1 while a pool-wide incident is open (many tunnels failing at once: the fault is likely ours, so no exit is judged), else 0.",
         )
+        gauge("exits_exported", "Exits with per-exit series in this scrape (at most max_exits, the worst states first).")
         # Per exit.
         gauge("exit_state", "1 for the exit's current health state, 0 for the others.", ["exit", "state"])
         gauge("exit_time_in_state_seconds", "Seconds since the exit entered its current health state.", ["exit"])
@@ -170,6 +224,14 @@ class PoolCollector:
             ["exit", "quantile"],
         )
         gauge("exit_latency_samples", "Timed reports the latency quantiles are drawn from (decays, not a counter).", ["exit"])
+        if self._by_tag is not None:
+            tag = self._by_tag
+            gauge("tag_exits", f"Exits per value of the {tag} tag and health state (benched exits counted too).", [tag, "state"])
+            gauge("tag_exits_benched", f"Benched exits per value of the {tag} tag.", [tag])
+            gauge("tag_active_leases", f"Leases held now on the exits with each value of the {tag} tag.", [tag])
+            gauge("tag_sessions", f"Live sticky sessions on the exits with each value of the {tag} tag.", [tag])
+            counter("tag_leases", f"Leases granted on the exits with each value of the {tag} tag.", [tag])
+            counter("tag_outcomes", f"Reported request outcomes on the exits with each value of the {tag} tag, by class.", [tag, "outcome"])
         if self._per_site:
             gauge("site_incident", "1 while the site has an open incident, else 0.", ["site"])
             counter("site_outcomes", "Reported request outcomes on the site, by class.", ["site", "outcome"])
@@ -211,6 +273,7 @@ class PoolCollector:
             f["wait_seconds"].add_metric([q], p["wait"][key])
         f["site_incidents_open"].add_metric([], len(p["incidents"]))
         f["global_incident"].add_metric([], 1 if p["global_incident"] else 0)
+        f["exits_exported"].add_metric([], len(snap["exits"]))
 
     @staticmethod
     def _exit_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
@@ -241,7 +304,19 @@ class PoolCollector:
             f["exit_latency_samples"].add_metric([x], latency["count"])
 
     @staticmethod
-    def _site_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
+    def _tag_figures(f: Dict[str, _Family], snap: Snapshot, tag: str) -> None:
+        for value, g in (snap["groups"] or {}).items():
+            for state in STATES:
+                f["tag_exits"].add_metric([value, state], g["states"].get(state, 0))
+            f["tag_exits_benched"].add_metric([value], g["benched"])
+            f["tag_active_leases"].add_metric([value], g["active_leases"])
+            f["tag_sessions"].add_metric([value], g["sessions"])
+            f["tag_leases"].add_metric([value], g["leases"])
+            for outcome in OUTCOMES:
+                f["tag_outcomes"].add_metric([value, outcome], g["outcomes"].get(outcome, 0))
+
+    @staticmethod
+    def _site_figures(f: Dict[str, _Family], snap: Snapshot, max_cells: int) -> None:
         for s in snap["sites"]:
             site = s["site"]
             f["site_incident"].add_metric([site], 1 if s["incident"] else 0)
@@ -249,13 +324,30 @@ class PoolCollector:
                 f["site_outcomes"].add_metric([site, outcome], s["outcomes"].get(outcome, 0))
         matrix = snap["matrix"]
         col = {name: i for i, name in enumerate(matrix["columns"])}
-        for x, row in zip(matrix["exits"], matrix["cells"]):
+        left = max_cells
+        for x, row in _worst_first(snap["exits"], matrix["exits"], matrix["cells"]):
             for site, cell in zip(matrix["sites"], row):
                 if cell is None:  # the exit has not served this site: no series at all
                     continue
+                if left == 0:
+                    return
+                left -= 1
                 f["exit_site_reports"].add_metric([x, site], cell[col["reports"]])
                 if cell[col["success_rate"]] is not None:
                     f["exit_site_success_ratio"].add_metric([x, site], cell[col["success_rate"]])
                 if cell[col["captcha_rate"]] is not None:
                     f["exit_site_captcha_ratio"].add_metric([x, site], cell[col["captcha_rate"]])
                 f["exit_site_quarantines"].add_metric([x, site], cell[col["quarantines"]])
+
+
+def _worst_first(
+    exits: List[ExitSnapshot], ids: List[str], rows: List[List[Optional[List[Any]]]]
+) -> List[Tuple[str, List[Optional[List[Any]]]]]:
+    """The matrix's rows, the exits in the worst states first (ties in pool order)."""
+    rank = {e["exit_id"]: STATES.index(e["state"]) for e in exits}
+    return sorted(zip(ids, rows), key=lambda r: -rank.get(r[0], 0))
+
+
+def _count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{name} must be a whole number of at least 0, got {value!r}")

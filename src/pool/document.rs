@@ -6,7 +6,7 @@
 //!
 //! Lists serialize as sequences and never as tuples (a fixed-size array would be a tuple).
 
-use super::{Cell, ExitRecord, Pool, Snapshot};
+use super::{Cell, ExitRecord, GroupFigures, Pool, Selection, Snapshot};
 use crate::health::State as Health;
 use crate::metrics::Tally;
 use crate::outcome::OUTCOMES;
@@ -21,7 +21,7 @@ pub const VERSION: u32 = 1;
 pub const MATRIX_COLUMNS: &[&str] = &["state", "reports", "success_rate", "captcha_rate", "p50", "p95", "p99", "quarantines"];
 
 /// Everything `Pool::snapshot` saw, with the fleet's figures and the store's status, taken at
-/// once; serializes as the document.
+/// once; serializes as the document (see [`SnapshotDocument::paced`]).
 pub struct SnapshotDocument {
     snap: Snapshot,
     /// Fleet-wide figures, indexed like `snap.exits`; `None` without a store, or while it does
@@ -32,10 +32,11 @@ pub struct SnapshotDocument {
 }
 
 impl Pool {
-    /// The snapshot as one document, with the fleet's figures. With a shared store this asks
-    /// the store: call it without holding anything others wait for.
-    pub fn snapshot_document(&self) -> SnapshotDocument {
-        let snap = self.snapshot();
+    /// The snapshot as one document, with the fleet's figures for the exits `sel` lists (the
+    /// store is asked about those alone). With a shared store this asks the store: call it
+    /// without holding anything others wait for.
+    pub fn snapshot_document_of(&self, sel: &Selection) -> SnapshotDocument {
+        let snap = self.snapshot_of(sel);
         let ids: Vec<&str> = snap.exits.iter().map(|e| e.exit.id.as_str()).collect();
         let fleet = self.fleet_counts(&ids);
         SnapshotDocument { snap, fleet, store: self.store_status() }
@@ -44,7 +45,35 @@ impl Pool {
 
 impl Serialize for SnapshotDocument {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        Document::new(self).serialize(s)
+        Document::new(self, Pace::NEVER).serialize(s)
+    }
+}
+
+impl SnapshotDocument {
+    /// The document, serializing which calls `pause` after every `every` exits of each
+    /// per-exit list. A serializer that holds a lock others wait for (the bindings build Python
+    /// objects under the GIL) lets them through there, so a document of 10,000 exits never
+    /// holds them up for more than `every` exits' worth.
+    pub fn paced<'a>(&'a self, every: usize, pause: &'a dyn Fn()) -> impl Serialize + 'a {
+        Document::new(self, Pace { every: every.max(1), pause })
+    }
+}
+
+/// When serializing a long list pauses, and what pausing does.
+#[derive(Clone, Copy)]
+struct Pace<'a> {
+    every: usize,
+    pause: &'a dyn Fn(),
+}
+
+impl Pace<'_> {
+    const NEVER: Pace<'static> = Pace { every: usize::MAX, pause: &|| {} };
+
+    /// Called before item `i` of a list.
+    fn tick(&self, i: usize) {
+        if i > 0 && i % self.every == 0 {
+            (self.pause)();
+        }
     }
 }
 
@@ -54,16 +83,17 @@ struct Document<'a> {
     time: f64,
     pool: PoolDoc<'a>,
     counts: CountsDoc,
-    exits: Vec<ExitDoc<'a>>,
+    exits: Exits<'a>,
     sites: Vec<SiteDoc<'a>>,
     matrix: Matrix<'a>,
     sessions: usize,
     live_leases: usize,
     store: Option<StoreDoc<'a>>,
+    groups: Option<Groups<'a>>,
 }
 
 impl<'a> Document<'a> {
-    fn new(d: &'a SnapshotDocument) -> Document<'a> {
+    fn new(d: &'a SnapshotDocument, pace: Pace<'a>) -> Document<'a> {
         let snap = &d.snap;
         Document {
             version: VERSION,
@@ -77,16 +107,21 @@ impl<'a> Document<'a> {
                 waits: snap.counts.waits,
                 outcomes: OutcomeCounts(snap.counts.outcomes),
             },
-            exits: snap.exits.iter().map(|e| ExitDoc::new(e, snap.now)).collect(),
-            sites: snap.sites.iter().map(|s| SiteDoc { site: &s.site, incident: s.incident, outcomes: site_totals(&s.cells) }).collect(),
-            matrix: Matrix { snap },
+            exits: Exits { snap, pace },
+            sites: snap
+                .sites
+                .iter()
+                .map(|s| SiteDoc { site: &s.site, incident: s.incident, outcomes: OutcomeCounts(s.outcomes) })
+                .collect(),
+            matrix: Matrix { snap, pace },
             sessions: snap.sessions,
             live_leases: snap.live_leases,
             store: d.store.as_ref().map(|(url, online)| StoreDoc {
                 url,
                 online: *online,
-                exits: FleetExits { snap, fleet: d.fleet.as_deref() },
+                exits: FleetExits { snap, fleet: d.fleet.as_deref(), pace },
             }),
+            groups: snap.groups.as_deref().map(Groups),
         }
     }
 }
@@ -112,7 +147,7 @@ impl<'a> PoolDoc<'a> {
     fn new(snap: &'a Snapshot) -> PoolDoc<'a> {
         let f = &snap.pool;
         PoolDoc {
-            exits: snap.exits.len(),
+            exits: snap.total_exits,
             in_service: f.in_service,
             benched: f.benched,
             states: StateCounts(f.states),
@@ -228,15 +263,51 @@ struct SiteDoc<'a> {
     outcomes: OutcomeCounts,
 }
 
-/// A site's outcomes over every exit that served it.
-fn site_totals(cells: &[Option<Cell>]) -> OutcomeCounts {
-    let mut total = [0u64; 8];
-    for c in cells.iter().flatten() {
-        for (t, n) in total.iter_mut().zip(c.tally.outcomes) {
-            *t += n;
+/// The listed exits' records, built while serializing (10,000 need no list of their own).
+struct Exits<'a> {
+    snap: &'a Snapshot,
+    pace: Pace<'a>,
+}
+
+impl Serialize for Exits<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.snap.exits.len()))?;
+        for (i, e) in self.snap.exits.iter().enumerate() {
+            self.pace.tick(i);
+            seq.serialize_element(&ExitDoc::new(e, self.snap.now))?;
         }
+        seq.end()
     }
-    OutcomeCounts(total)
+}
+
+/// The exits' figures summed by the value of one tag, as a map from each value.
+struct Groups<'a>(&'a [(String, GroupFigures)]);
+
+impl Serialize for Groups<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Group {
+            exits: u32,
+            states: StateCounts,
+            benched: u32,
+            active_leases: u64,
+            sessions: u64,
+            leases: u64,
+            outcomes: OutcomeCounts,
+        }
+        s.collect_map(self.0.iter().map(|(value, g)| {
+            let group = Group {
+                exits: g.exits,
+                states: StateCounts(g.states),
+                benched: g.benched,
+                active_leases: g.active,
+                sessions: g.sessions,
+                leases: g.leases,
+                outcomes: OutcomeCounts(g.outcomes),
+            };
+            (value, group)
+        }))
+    }
 }
 
 /// Counts by outcome, as a map from each outcome's name in `OUTCOMES` order.
@@ -270,6 +341,7 @@ impl Serialize for Tags<'_> {
 /// each cell a list in `columns` order or None where the exit has not served the site.
 struct Matrix<'a> {
     snap: &'a Snapshot,
+    pace: Pace<'a>,
 }
 
 impl Serialize for Matrix<'_> {
@@ -286,20 +358,21 @@ impl Serialize for Matrix<'_> {
             exits: snap.exits.iter().map(|e| e.exit.id.as_str()).collect(),
             sites: snap.sites.iter().map(|s| s.site.as_str()).collect(),
             columns: MATRIX_COLUMNS,
-            cells: Rows(snap),
+            cells: Rows(snap, self.pace),
         }
         .serialize(s)
     }
 }
 
 /// The matrix's rows, built while serializing: 10,000 cells need no list of their own.
-struct Rows<'a>(&'a Snapshot);
+struct Rows<'a>(&'a Snapshot, Pace<'a>);
 
 impl Serialize for Rows<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let snap = self.0;
         let mut rows = s.serialize_seq(Some(snap.exits.len()))?;
         for i in 0..snap.exits.len() {
+            self.1.tick(i);
             rows.serialize_element(&Row { snap, exit: i })?;
         }
         rows.end()
@@ -353,6 +426,7 @@ struct StoreDoc<'a> {
 struct FleetExits<'a> {
     snap: &'a Snapshot,
     fleet: Option<&'a [ExitCounts]>,
+    pace: Pace<'a>,
 }
 
 impl Serialize for FleetExits<'_> {
@@ -365,7 +439,8 @@ impl Serialize for FleetExits<'_> {
         }
         let counts = self.fleet.unwrap_or_default();
         let mut map = s.serialize_map(Some(counts.len()))?;
-        for (e, c) in self.snap.exits.iter().zip(counts) {
+        for (i, (e, c)) in self.snap.exits.iter().zip(counts).enumerate() {
+            self.pace.tick(i);
             map.serialize_entry(&e.exit.id, &FleetExit { active: c.active, leases: c.leases, outcomes: OutcomeCounts(c.outcomes) })?;
         }
         map.end()

@@ -33,7 +33,7 @@ pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal};
-pub use snapshot::{Cell, EventRecord, ExitRecord, PoolFigures, SiteRecord, Snapshot, COOLING};
+pub use snapshot::{Cell, EventRecord, ExitRecord, GroupFigures, PoolFigures, Selection, SiteRecord, Snapshot, COOLING};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};

@@ -462,9 +462,26 @@ impl PyPool {
     }
 
     /// Everything the pool knows, as plain data (JSON-serialisable); the schema is the
-    /// `Snapshot` TypedDict in the stubs.
-    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        snapshot::snapshot(py, &self.core, &self.dispatch)
+    /// `Snapshot` TypedDict in the stubs. The arguments choose which exits are listed; the
+    /// pool-wide figures always cover them all.
+    #[pyo3(
+        signature = (exits=None, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None),
+        text_signature = "($self, exits=True, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn snapshot<'py>(
+        &self,
+        py: Python<'py>,
+        exits: Option<&Bound<'py, PyAny>>,
+        state: Option<&Bound<'py, PyAny>>,
+        tags: Option<&Bound<'py, PyAny>>,
+        exit_ids: Option<&Bound<'py, PyAny>>,
+        limit: Option<&Bound<'py, PyAny>>,
+        by_tag: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let all = pyo3::types::PyBool::new(py, true);
+        let sel = snapshot::selection(py, exits.unwrap_or(all.as_any()), state, tags, exit_ids, limit, by_tag)?;
+        snapshot::snapshot(py, &self.core, &self.dispatch, &sel)
     }
 
     /// The shared store's URL (credentials masked), or None for a pool of its own.
