@@ -28,8 +28,12 @@ def test_a_flood_of_one_off_keys_keeps_at_most_max_sessions():
         lease_once(pool, f"one-off-{i}")
         if i % 10_000 == 0:
             assert pool.snapshot()["sessions"] <= 1000
-    assert pool.snapshot()["sessions"] <= 1000
+    snap = pool.snapshot()
+    assert snap["sessions"] <= 1000
     assert "sessions_evicted" in kinds(pool)
+    # Every one-off key past the bound was evicted, and the snapshot counts them.
+    assert snap["counts"]["evicted_sessions"] >= 100_000 - 1000
+    assert snap["counts"]["evicted_pairings"] == 0
     # The newest keys keep their sessions: this one is still bound where it leased.
     assert lease_once(pool, "one-off-99999") == pool.assign("one-off-99999").exit_id
 
@@ -65,6 +69,7 @@ def test_a_flood_of_one_off_keys_keeps_at_most_max_pairings():
     assert "pairings_evicted" in kinds(pool)
     message = next(e["message"] for e in pool.events() if e["kind"] == "pairings_evicted")
     assert "max_pairings 1000" in message
+    assert pool.snapshot()["counts"]["evicted_pairings"] >= 100_000 - 1000
     # Forgotten as the least recently used: a new pairing again, whose first lease goes at once.
     pool.end_session("first")
     lease_once(pool, "first")
@@ -120,3 +125,18 @@ def test_add_remove_bench_and_subset_on_a_pool_of_twenty_thousand_exits():
     assert len(pool.snapshot()["exits"]) == 20_000
     # The session outlives the changes: "acct" still leases its exit.
     assert lease_once(pool, "acct") == home
+
+
+def test_the_collector_counts_evictions():
+    from prometheus_client import CollectorRegistry
+
+    from exitpool.prometheus import PoolCollector
+
+    pool = Pool(make_exits(3), clock=ManualClock(1000.0), max_sessions=10)
+    for i in range(50):
+        lease_once(pool, f"k{i}")
+    registry = CollectorRegistry()
+    registry.register(PoolCollector(pool))
+    evicted = registry.get_sample_value("exitpool_sessions_evicted_total")
+    assert evicted == pool.snapshot()["counts"]["evicted_sessions"] >= 40
+    assert registry.get_sample_value("exitpool_pairings_evicted_total") == 0

@@ -146,6 +146,10 @@ class Counts(TypedDict):
     expired: int
     ignored_releases: int
     waits: int
+    evicted_sessions: int
+    """Idle sessions ended early to keep ``max_sessions``."""
+    evicted_pairings: int
+    """Warm-up pairings forgotten early to keep ``max_pairings``."""
     outcomes: OutcomeCounts
 
 

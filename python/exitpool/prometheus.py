@@ -184,6 +184,8 @@ class PoolCollector:
         counter("leases_released", "Leases ended by release.")
         counter("leases_expired", "Leases that outlived lease_ttl without a release.")
         counter("releases_ignored", "Releases of leases that had already ended.")
+        counter("sessions_evicted", "Idle sessions ended early to keep max_sessions.")
+        counter("pairings_evicted", "Warm-up pairings forgotten early to keep max_pairings.")
         counter("lease_waits", "Leases that had to wait for a free exit.")
         counter("outcomes", "Reported request outcomes over the whole pool, by class.", ["outcome"])
         gauge(
@@ -258,6 +260,8 @@ class PoolCollector:
         f["leases_released"].add_metric([], counts["released"])
         f["leases_expired"].add_metric([], counts["expired"])
         f["releases_ignored"].add_metric([], counts["ignored_releases"])
+        f["sessions_evicted"].add_metric([], counts["evicted_sessions"])
+        f["pairings_evicted"].add_metric([], counts["evicted_pairings"])
         f["lease_waits"].add_metric([], counts["waits"])
         for outcome in OUTCOMES:
             f["outcomes"].add_metric([outcome], counts["outcomes"].get(outcome, 0))

@@ -105,6 +105,8 @@ impl<'a> Document<'a> {
                 expired: snap.counts.expired,
                 ignored_releases: snap.counts.ignored_releases,
                 waits: snap.counts.waits,
+                evicted_sessions: snap.counts.evicted_sessions,
+                evicted_pairings: snap.counts.evicted_pairings,
                 outcomes: OutcomeCounts(snap.counts.outcomes),
             },
             exits: Exits { snap, pace },
@@ -188,6 +190,9 @@ struct CountsDoc {
     expired: u64,
     ignored_releases: u64,
     waits: u64,
+    /// Idle sessions and warm-up pairings ended early to keep `max_sessions` / `max_pairings`.
+    evicted_sessions: u64,
+    evicted_pairings: u64,
     outcomes: OutcomeCounts,
 }
 
