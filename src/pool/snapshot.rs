@@ -201,11 +201,8 @@ impl Pool {
         }
         let now = self.clock.now();
         let (mut snap, listed, sessions_per_exit) = self.pool_figures(sel, now);
-        snap.exits.reserve_exact(listed.len());
-        for site in &mut snap.sites {
-            site.cells.reserve_exact(listed.len());
-        }
-        for batch in listed.chunks(EXITS_PER_HOLD) {
+        // The first batch came with the pool-wide figures.
+        for batch in listed[listed.len().min(EXITS_PER_HOLD)..].chunks(EXITS_PER_HOLD) {
             let st = self.state.lock();
             for &h in batch {
                 st.copy_exit(h, now, sessions_per_exit[h as usize], &mut snap);
@@ -218,8 +215,10 @@ impl Pool {
         snap
     }
 
-    /// The first hold: the figures over the whole pool, and which exits `sel` lists (with
-    /// their live sessions, counted in the same pass).
+    /// The first hold: the figures over the whole pool, which exits `sel` lists (with their
+    /// live sessions, counted in the same pass), and the first `EXITS_PER_HOLD` of them, so
+    /// that a snapshot listing no more is one instant of the pool (its counts and its exits'
+    /// agree exactly).
     fn pool_figures(&self, sel: &Selection, now: f64) -> (Snapshot, Vec<u32>, Vec<u32>) {
         let mut guard = self.state.lock();
         if guard.expire(now) && guard.waiters > 0 {
@@ -281,6 +280,14 @@ impl Pool {
             live_leases: st.leases.live(),
             counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
         };
+        let mut snap = snap;
+        snap.exits.reserve_exact(listed.len());
+        for site in &mut snap.sites {
+            site.cells.reserve_exact(listed.len());
+        }
+        for &h in listed.iter().take(EXITS_PER_HOLD) {
+            st.copy_exit(h, now, sessions_per_exit[h as usize], &mut snap);
+        }
         (snap, listed, sessions_per_exit)
     }
 }
