@@ -50,6 +50,9 @@ pub(super) struct View {
     pub(super) filter: Vec<(String, String)>,
     /// Handles of the matching exits in service, ascending.
     pub(super) members: Vec<u32>,
+    /// Per exit handle: its position in `members` (`u32::MAX` if not a member), so that a
+    /// lease's re-rank finds its exit without a search over a large pool.
+    positions: Vec<u32>,
     pub(super) ring: Ring,
     pub(super) weight_total: u64,
     pub(super) selector: Selector,
@@ -58,6 +61,23 @@ pub(super) struct View {
 impl View {
     pub(super) fn matches(&self, exit: &Exit) -> bool {
         self.filter.iter().all(|(k, v)| exit.tag(k) == Some(v.as_str()))
+    }
+
+    /// Exit `h`'s position among the members, if it is one.
+    #[inline]
+    pub(super) fn position(&self, h: u32) -> Option<usize> {
+        self.positions.get(h as usize).filter(|&&m| m != u32::MAX).map(|&m| m as usize)
+    }
+
+    /// Recomputes the positions after the member list changed (O(n), as the change itself).
+    fn place(&mut self) {
+        self.positions.clear();
+        if let Some(&last) = self.members.last() {
+            self.positions.resize(last as usize + 1, u32::MAX);
+        }
+        for (m, &h) in self.members.iter().enumerate() {
+            self.positions[h as usize] = m as u32;
+        }
     }
 }
 
@@ -73,7 +93,7 @@ pub(super) fn active_changed(views: &mut [View], cfg: &Config, slot: &ExitSlot, 
     }
     let load = select::load(slot.active, slot.exit.capacity);
     for v in views.iter_mut() {
-        if let Ok(m) = v.members.binary_search(&h) {
+        if let Some(m) = v.position(h) {
             v.selector.active_changed(cfg.strategy, m, load, was_full);
         }
     }
@@ -130,6 +150,7 @@ impl State {
         let mut view = View {
             filter: filter.clone(),
             members: Vec::new(),
+            positions: Vec::new(),
             ring: Ring::new(self.cfg.replicas, DEFAULT_SALT)?,
             weight_total: 0,
             selector: Selector::default(),
@@ -150,6 +171,7 @@ impl State {
         )?;
         view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
         view.members = members;
+        view.place();
         view.selector.reset(view.members.len());
         let id = self.views.len() as u32;
         self.views.push(view);
@@ -169,6 +191,7 @@ impl State {
             if let Err(pos) = view.members.binary_search(&h) {
                 view.ring.add(&exit.id, exit.capacity, h)?;
                 view.members.insert(pos, h);
+                view.place();
                 view.weight_total += exit.capacity.max(1) as u64;
                 view.selector.reset(view.members.len());
             }
@@ -182,6 +205,7 @@ impl State {
             if let Ok(pos) = view.members.binary_search(&h) {
                 view.ring.remove(&exit.id)?;
                 view.members.remove(pos);
+                view.place();
                 view.weight_total -= exit.capacity.max(1) as u64;
                 view.selector.reset(view.members.len());
             }
@@ -388,7 +412,7 @@ impl State {
                     last_used[site as usize][h as usize] = now;
                     // Other views of the same exits keep their own idle order for the site.
                     for (_, other) in views.iter_mut().enumerate().filter(|&(i, _)| i != view as usize) {
-                        if let Ok(m) = other.members.binary_search(&h) {
+                        if let Some(m) = other.position(h) {
                             other.selector.used(site, m, now);
                         }
                     }
