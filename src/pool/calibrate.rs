@@ -5,7 +5,6 @@ use super::Pool;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
-use std::sync::Arc;
 
 /// One capacity that `recalibrate` changed (0: benched). Serializes (for `recalibrate()`)
 /// with the keys of the stub's `Recalibration` TypedDict, in this order.
@@ -76,7 +75,7 @@ impl Pool {
                 let resized = Exit { capacity: new, ..(*slot.exit).clone() };
                 st.check_room(&resized)?;
                 st.leave_views(h)?;
-                st.exits[h as usize].exit = Arc::new(resized);
+                st.exits[h as usize].set_exit(resized);
                 st.join_views(h)?;
                 st.board.events.push(
                     now,

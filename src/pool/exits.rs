@@ -57,7 +57,7 @@ impl Pool {
                 // The same id again: the same slot, so its history and pairings carry over;
                 // its health starts afresh.
                 let slot = &mut st.exits[h as usize];
-                slot.exit = Arc::new(exit);
+                slot.set_exit(exit);
                 slot.removed = false;
                 slot.benched = false;
                 let now = self.clock.now();
@@ -102,7 +102,7 @@ impl Pool {
             st.check_room(&resized)?;
             st.leave_views(h)?;
         }
-        st.exits[h as usize].exit = Arc::new(resized);
+        st.exits[h as usize].set_exit(resized);
         if in_service {
             st.join_views(h)?;
         }

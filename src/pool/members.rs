@@ -78,19 +78,19 @@ impl Members for ViewMembers<'_> {
     }
     #[inline]
     fn capacity(&self, m: usize) -> u32 {
-        self.exits[self.members[m] as usize].exit.capacity
+        self.exits[self.members[m] as usize].capacity()
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
         let h = self.members[m];
-        let capacity = self.exits[h as usize].exit.capacity.max(1) as f64;
+        let capacity = self.exits[h as usize].capacity().max(1) as f64;
         // Round half up by hand: weights are never negative, and `f64::round` is a libm call
         // on baseline x86-64 (no SSE4.1) that perf put at 8% of a keyless pair.
         ((capacity * self.board.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
     }
     #[inline]
     fn full_weight(&self, m: usize) -> i64 {
-        (self.exits[self.members[m] as usize].exit.capacity.max(1) as f64 * WEIGHT_SCALE) as i64
+        (self.exits[self.members[m] as usize].capacity().max(1) as f64 * WEIGHT_SCALE) as i64
     }
     #[inline]
     fn active(&self, m: usize) -> u32 {
