@@ -23,6 +23,7 @@ mod mask;
 mod metrics;
 mod outcome;
 mod pool;
+mod prefetch;
 mod proxy;
 mod proxy_list;
 mod proxy_syntax;

@@ -16,6 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::hash::{position, positions_into};
+use crate::prefetch::prefetch;
 use foldhash::fast::RandomState;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -362,19 +363,6 @@ fn check_size(replicas: u32, exits: usize, units: u64) -> Result<()> {
          the limit is {MAX_POINTS} points ({MAX_POINTS_MEMORY}): use fewer replicas or smaller capacities"
         ),
     ))
-}
-
-/// Asks the CPU to start loading `item` into the cache, without waiting for it.
-#[inline(always)]
-fn prefetch<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults and changes no state that the program
-    // can observe; the address is that of a live reference anyway.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(item).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
 }
 
 fn push_decimal(buf: &mut Vec<u8>, mut v: u64) {

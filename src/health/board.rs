@@ -234,6 +234,13 @@ impl HealthBoard {
         self.site_admits(h, site, now)
     }
 
+    /// Starts loading what `tunnel_admits` and `weight` read about exit `h`.
+    #[inline]
+    pub fn prefetch(&self, h: u32) {
+        crate::prefetch::prefetch(&self.tunnel[h as usize]);
+        crate::prefetch::prefetch(&self.factor[h as usize]);
+    }
+
     /// Whether exit `h`'s tunnel admits a lease, whatever the site.
     #[inline]
     pub fn tunnel_admits(&self, h: u32) -> bool {

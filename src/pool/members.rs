@@ -89,6 +89,12 @@ impl Members for ViewMembers<'_> {
         ((capacity * self.board.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
     }
     #[inline]
+    fn prefetch(&self, m: usize) {
+        let h = self.members[m];
+        crate::prefetch::prefetch(&self.exits[h as usize]);
+        self.board.prefetch(h);
+    }
+    #[inline]
     fn full_weight(&self, m: usize) -> i64 {
         (self.exits[self.members[m] as usize].capacity().max(1) as f64 * WEIGHT_SCALE) as i64
     }

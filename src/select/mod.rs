@@ -90,6 +90,10 @@ pub trait Members {
     fn capacity(&self, m: usize) -> u32;
     /// When the member last served the site being picked for (`-inf` if never).
     fn last_used(&self, m: usize) -> f64;
+    /// Starts loading what the questions above read about member `m`, for a pick that is
+    /// about to ask them of members drawn at random.
+    #[inline]
+    fn prefetch(&self, _m: usize) {}
 }
 
 /// What a pick knows besides the members: the site's index, how many times the health board
@@ -225,10 +229,16 @@ impl Selector {
                 // Draw members directly: when most are eligible two draws find two, so a pick
                 // costs O(1) however large the pool. Only a mostly-ineligible pool falls back
                 // to listing the eligible ones.
-                let draw =
-                    |rng: &mut SmallRng, not: usize| (0..DRAWS).map(|_| rng.random_range(0..n)).find(|&m| m != not && members.eligible(m));
-                let (a, b) = match draw(rng, usize::MAX) {
-                    Some(a) => match draw(rng, a) {
+                // The first two draws are made, and their members' state asked for, before
+                // either is looked at: in a pool larger than the caches their misses overlap.
+                let first = [rng.random_range(0..n), rng.random_range(0..n)];
+                members.prefetch(first[0]);
+                members.prefetch(first[1]);
+                let draw = |rng: &mut SmallRng, not: usize, first: usize| {
+                    std::iter::once(first).chain((1..DRAWS).map(|_| rng.random_range(0..n))).find(|&m| m != not && members.eligible(m))
+                };
+                let (a, b) = match draw(rng, usize::MAX, first[0]) {
+                    Some(a) => match draw(rng, a, first[1]) {
                         Some(b) => (a, Some(b)),
                         None => {
                             self.scratch.clear();
