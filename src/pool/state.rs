@@ -187,7 +187,7 @@ impl State {
         view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
         view.members = members;
         view.place();
-        view.selector.reset(view.members.len());
+        view.selector.reset();
         let id = self.views.len() as u32;
         self.views.push(view);
         self.view_ids.insert(filter, id);
@@ -208,7 +208,7 @@ impl State {
                 view.members.insert(pos, h);
                 view.place();
                 view.weight_total += exit.capacity.max(1) as u64;
-                view.selector.reset(view.members.len());
+                view.selector.reset();
             }
         }
         Ok(())
@@ -222,7 +222,7 @@ impl State {
                 view.members.remove(pos);
                 view.place();
                 view.weight_total -= exit.capacity.max(1) as u64;
-                view.selector.reset(view.members.len());
+                view.selector.reset();
             }
         }
         Ok(())

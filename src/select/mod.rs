@@ -133,7 +133,7 @@ pub fn load(active: u32, capacity: u32) -> f64 {
 impl Selector {
     /// Forgets positional state; called when the member list changes. The trees are rebuilt
     /// on the next pick, once however many exits joined or left meanwhile.
-    pub fn reset(&mut self, _members: usize) {
+    pub fn reset(&mut self) {
         self.cursor = 0;
         self.ranked = Ranking::default();
         self.idle.clear();
