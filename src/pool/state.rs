@@ -187,7 +187,6 @@ impl State {
         view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
         view.members = members;
         view.place();
-        view.selector.reset();
         let id = self.views.len() as u32;
         self.views.push(view);
         self.view_ids.insert(filter, id);
