@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+#[cfg(not(target_os = "linux"))]
 use std::time::Instant;
 
 /// The longest a duration setting (a TTL, cooldown, ramp, hold or backoff) may be: a year.
@@ -35,13 +36,19 @@ pub trait Clock: Send + Sync {
 }
 
 /// The real monotonic clock, counted from when the pool was made.
+///
+/// On Linux it reads `CLOCK_MONOTONIC_COARSE`: every lease reads the clock twice, and the
+/// coarse clock costs a third of the fine one (about 12 ns against 38 ns here, a tenth of a
+/// quiet acquire + release). Nothing the core times needs better than its tick (1 to 4 ms):
+/// TTLs, cooldowns, backoffs and ramps are seconds, `lru` breaks ties in the order of use,
+/// and latencies and waits are measured by their callers on the fine clock.
 pub struct SystemClock {
-    start: Instant,
+    start: u64,
 }
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock { start: Instant::now() }
+        SystemClock { start: ticks() }
     }
 }
 
@@ -54,11 +61,27 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> f64 {
-        let d = self.start.elapsed();
-        // Read twice a lease: a multiplication where `Duration::as_secs_f64` divides (the
-        // division was a fifth of a read's own cost). A pool's age fits an i64 of seconds.
-        d.as_secs() as i64 as f64 + d.subsec_nanos() as f64 * 1e-9
+        ticks().saturating_sub(self.start) as f64 * 1e-9
     }
+}
+
+/// Nanoseconds on the system's coarse monotonic clock.
+#[cfg(target_os = "linux")]
+#[inline]
+fn ticks() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC_COARSE exists on every Linux
+    // since 2.6.32 and cannot fail with a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds on the monotonic clock, from a fixed origin in this process.
+#[cfg(not(target_os = "linux"))]
+#[inline]
+fn ticks() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// A clock that moves only when told to; shareable between a pool and the test driving it.
@@ -98,6 +121,17 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_system_clock_starts_near_zero_and_moves_forward() {
+        let c = SystemClock::new();
+        let a = c.now();
+        assert!((0.0..1.0).contains(&a), "{a}");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let b = c.now();
+        // At least the sleep less one coarse tick (at most 4 ms on Linux, 10 ms elsewhere).
+        assert!(b - a >= 0.015 && b - a < 60.0, "{a} -> {b}");
+    }
 
     #[test]
     fn a_wait_is_any_finite_number_of_seconds_from_zero() {

@@ -333,7 +333,9 @@ class Pool:
     def exit(self, exit_id: str) -> Exit: ...
     @property
     def exits(self) -> List[Exit]: ...
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """Seconds on the pool's clock: a ``ManualClock``'s time, else the seconds since the pool
+        was made, in the kernel's coarse ticks on Linux (1 to 4 ms)."""
     def snapshot(
         self,
         exits: bool = True,

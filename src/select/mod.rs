@@ -145,7 +145,7 @@ impl Selector {
     pub fn active_changed(&mut self, strategy: Strategy, m: usize, load: f64, was_full: bool) {
         if strategy == Strategy::LeastConn && self.ranked.len() > m {
             let seq = self.ranked.key(m).1;
-            self.ranked.set(m, Key(load, seq));
+            self.ranked.set_later(m, Key(load, seq));
         }
         if was_full {
             self.ranked.unfull(m);
@@ -219,10 +219,10 @@ impl Selector {
                 }
                 let m = best(&mut self.ranked, members, cx.readmissions, |_, _| {}).ok_or(NoPick::Nothing)?;
                 // To the back of its equals: ties take turns. Its load moves when the lease
-                // is committed (`active_changed`).
+                // is committed (`active_changed`); both re-rank it once, at the next pick.
                 self.seq += 1;
                 let k = self.ranked.key(m);
-                self.ranked.set(m, Key(k.0, self.seq));
+                self.ranked.set_later(m, Key(k.0, self.seq));
                 Ok(m)
             }
             Strategy::P2c => {
@@ -299,6 +299,7 @@ impl Selector {
 /// first). Costs O(log n) plus O(log n) for each member parked or passed over.
 #[inline]
 fn best(r: &mut Ranking, members: &impl Members, readmissions: u64, mut pass_over: impl FnMut(&mut Ranking, usize)) -> Option<usize> {
+    r.settle();
     if r.stale(readmissions) {
         r.recheck(readmissions, |m| members.serving(m).then(|| members.full(m)));
     }
