@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from exitpool import Exit, ManualClock, Pool
+from exitpool import Exit, ManualClock, NoExitAvailable, Pool
 
 N = 3000
 SITE = "shop.example"
@@ -140,6 +140,50 @@ def test_least_conn_always_takes_the_least_loaded_exit_that_can_serve():
         assert loads[i] == min(loads), (lease.exit_id, loads[i], min(loads))
         active[i] += 1
         loads[i] = load(i)
+
+
+def test_least_conn_sees_the_load_of_keyed_leases_taken_and_ended_between_its_picks():
+    # Keyed leases go to their ring exits, not through the strategy; the loads they move must
+    # still rank every exit when the next keyless lease picks.
+    clock = ManualClock()
+    exits = [Exit(f"e{i}", f"http://10.{i // 250}.{i % 250}.1:8080", capacity=1 + i % 3) for i in range(N)]
+    pool = Pool(exits, strategy="least_conn", clock=clock, max_leases=2, replicas=10)
+    index = {e.exit_id: i for i, e in enumerate(exits)}
+    active = [0] * N
+
+    def loads():
+        return [active[i] / e.capacity if active[i] < 2 else float("inf") for i, e in enumerate(exits)]
+
+    def keyless(n):
+        for _ in range(n):
+            lease = pool.acquire(timeout=0)
+            current = loads()
+            i = index[lease.exit_id]
+            assert current[i] == min(current), (lease.exit_id, current[i], min(current))
+            active[i] += 1
+            held.append(lease)
+
+    held = []
+    keyed = []
+    for round_ in range(3):
+        for k in range(400):
+            try:
+                lease = pool.acquire(f"acct-{round_}-{k}", timeout=0)
+            except NoExitAvailable:
+                continue  # its ring exit is at max_leases
+            active[index[lease.exit_id]] += 1
+            keyed.append(lease)
+        keyless(N // 2)
+        # Ending keyed leases frees their exits, and one at its bound may serve again.
+        for lease in keyed[: len(keyed) // 2]:
+            pool.release(lease)
+            active[index[lease.exit_id]] -= 1
+        del keyed[: len(keyed) // 2]
+        keyless(200)
+        for lease in held:
+            pool.release(lease)
+            active[index[lease.exit_id]] -= 1
+        held.clear()
 
 
 def test_lru_takes_the_exit_idle_longest_for_the_site():

@@ -86,6 +86,7 @@ impl Pool {
             exits: slots,
             by_id,
             views: Vec::new(),
+            moved: Default::default(),
             view_ids: HashMap::new(),
             sessions,
             leases: Leases::default(),

@@ -139,15 +139,15 @@ impl Selector {
         self.idle.clear();
     }
 
-    /// Member `m`'s active leases changed: `least_conn` re-ranks it, and one that was at its
-    /// bound (`was_full`) may serve again.
+    /// Member `m`'s active leases changed: `least_conn` re-ranks it, and one parked at its
+    /// bound may serve again once it is below it (`below_max`).
     #[inline]
-    pub fn active_changed(&mut self, strategy: Strategy, m: usize, load: f64, was_full: bool) {
+    pub fn active_changed(&mut self, strategy: Strategy, m: usize, load: f64, below_max: bool) {
         if strategy == Strategy::LeastConn && self.ranked.len() > m {
             let seq = self.ranked.key(m).1;
             self.ranked.set_later(m, Key(load, seq));
         }
-        if was_full {
+        if below_max {
             self.ranked.unfull(m);
             for r in self.idle.iter_mut() {
                 r.unfull(m);
