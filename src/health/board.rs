@@ -234,11 +234,30 @@ impl HealthBoard {
         self.site_admits(h, site, now)
     }
 
-    /// Starts loading what `tunnel_admits` and `weight` read about exit `h`.
+    /// Starts loading what deciding on exit `h` for `site` reads (`tunnel_admits`,
+    /// `site_admits`, `weight`, `admits`), each in an array of its own: at a random exit of a
+    /// large pool every one is a cache miss, and asked for together they overlap.
     #[inline]
-    pub fn prefetch(&self, h: u32) {
-        crate::prefetch::prefetch(&self.tunnel[h as usize]);
-        crate::prefetch::prefetch(&self.factor[h as usize]);
+    pub fn prefetch(&self, h: u32, site: u32) {
+        use crate::prefetch::prefetch;
+        let hu = h as usize;
+        prefetch(&self.tunnel[hu]);
+        prefetch(&self.factor[hu]);
+        if let Some(sh) = self.sites.get(site as usize) {
+            if let Some(b) = sh.breakers.get(hu) {
+                prefetch(b);
+            }
+            if let Some(c) = sh.cool_until.get(hu) {
+                prefetch(c);
+            }
+        }
+    }
+
+    /// [`HealthBoard::prefetch`] and what a report on exit `h` writes besides.
+    #[inline]
+    pub fn prefetch_report(&self, h: u32, site: u32) {
+        self.prefetch(h, site);
+        crate::prefetch::prefetch(&self.recent[h as usize]);
     }
 
     /// Whether exit `h`'s tunnel admits a lease, whatever the site.

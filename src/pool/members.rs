@@ -92,7 +92,7 @@ impl Members for ViewMembers<'_> {
     fn prefetch(&self, m: usize) {
         let h = self.members[m];
         crate::prefetch::prefetch(&self.exits[h as usize]);
-        self.board.prefetch(h);
+        self.board.prefetch(h, self.site);
     }
     #[inline]
     fn full_weight(&self, m: usize) -> i64 {

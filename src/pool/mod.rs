@@ -302,6 +302,9 @@ impl Pool {
     pub(super) fn end(&self, id: LeaseId, report: Option<&Report>) -> bool {
         let now = self.clock.now();
         let mut st = self.state.lock();
+        if let Some(rec) = st.leases.get(id) {
+            st.prefetch(rec.exit, rec.site);
+        }
         // A lease whose time ran out has expired, whether or not anyone looked since.
         let expired = st.expire(now);
         let mut remote = None;

@@ -274,6 +274,18 @@ impl State {
         active_changed(&mut self.moved, &self.cfg, slot, h, slot.active + 1);
     }
 
+    /// Starts loading what a lease of exit `h` for `site` reads and writes, once its exit is
+    /// known and before the work that leads there: at a random exit of a large pool these are
+    /// cache misses in several arrays, which then overlap instead of following one another.
+    #[inline]
+    pub(super) fn prefetch(&self, h: u32, site: u32) {
+        crate::prefetch::prefetch(&self.exits[h as usize]);
+        self.board.prefetch_report(h, site);
+        if let Some(t) = self.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)) {
+            crate::prefetch::prefetch(t);
+        }
+    }
+
     /// Re-ranks, in every view, the exits whose active count moved since the last pick: their
     /// load (`least_conn`), and back on if they were parked at `max_leases` and are below it.
     #[inline]
@@ -422,6 +434,9 @@ impl State {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
                 let live = if local_sessions { self.sessions.live(key, now) } else { None };
+                if let Some(s) = &live {
+                    self.prefetch(s.exit, site);
+                }
                 let (h, choice) = match live {
                     Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
                     None => self.ring_pick(view, key, site, now)?,
