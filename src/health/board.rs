@@ -14,19 +14,21 @@ use crate::outcome::{Outcome, Report};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`) is due a look.
+/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`; with `group`,
+/// the breaker of exit group `h`) is due a look.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Due {
-    at: f64,
-    h: u32,
-    site: Option<u32>,
+pub(super) struct Due {
+    pub(super) at: f64,
+    pub(super) h: u32,
+    pub(super) site: Option<u32>,
+    pub(super) group: bool,
 }
 
 impl Eq for Due {}
 
 impl Ord for Due {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.at.total_cmp(&other.at).then(self.h.cmp(&other.h)).then(self.site.cmp(&other.site))
+        self.at.total_cmp(&other.at).then(self.h.cmp(&other.h)).then(self.site.cmp(&other.site)).then(self.group.cmp(&other.group))
     }
 }
 
@@ -95,7 +97,7 @@ pub(super) struct SiteHealth {
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
 #[derive(Debug, Clone, Copy, Default)]
-struct Recent {
+pub(super) struct Recent {
     ok_bits: u64,
     calls: u32,
     latency: f64,
@@ -115,13 +117,15 @@ pub struct HealthBoard {
     pub cfg: HealthConfig,
     pub(super) tunnel: Vec<Breaker>,
     pub(super) sites: Vec<SiteHealth>,
-    recent: Vec<Recent>,
+    pub(super) recent: Vec<Recent>,
     /// Per exit: tunnel state factor x adaptive weight, kept current by every report and
     /// transition so that a pick reads one number per exit.
     factor: Vec<f64>,
     pub(super) tunnel_failing: u32,
     tunnel_ejected: u32,
     pub(super) global_incident: Option<f64>,
+    /// Exit groups (a gateway's slots), group id `g` at `g - 1`; none in a pool without.
+    pub(super) groups: Vec<super::Group>,
     next_poll: f64,
     /// Quarantines by when they end, soonest first (entries of breakers that changed since
     /// are dropped when they come up).
@@ -151,6 +155,7 @@ impl HealthBoard {
             tunnel_failing: 0,
             tunnel_ejected: 0,
             global_incident: None,
+            groups: Vec::new(),
             next_poll: f64::INFINITY,
             due: BinaryHeap::new(),
             born: now,
@@ -186,13 +191,14 @@ impl HealthBoard {
         if now < self.next_poll {
             return;
         }
-        while let Some(&Reverse(Due { at, h, site })) = self.due.peek() {
+        while let Some(&Reverse(Due { at, h, site, group })) = self.due.peek() {
             if at > now {
                 break;
             }
             self.due.pop();
             // A breaker that changed since this was scheduled answers None: nothing is due.
             match site {
+                None if group => self.group_poll(h, now),
                 None => {
                     let b = &mut self.tunnel[h as usize];
                     let was = b.failing(&self.cfg);
@@ -219,8 +225,13 @@ impl HealthBoard {
     }
 
     /// Schedules a look at a breaker that has just been quarantined until `at`.
-    fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
-        self.due.push(Reverse(Due { at, h, site }));
+    pub(super) fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
+        self.push_due(Due { at, h, site, group: false });
+    }
+
+    pub(super) fn push_due(&mut self, due: Due) {
+        let at = due.at;
+        self.due.push(Reverse(due));
         self.next_poll = self.next_poll.min(at);
     }
 
@@ -230,6 +241,9 @@ impl HealthBoard {
         let t = &self.tunnel[h as usize];
         if !t.admits(&self.cfg) {
             return Admit::No(t.state());
+        }
+        if t.group() != 0 && !self.group_admits(t.group()) {
+            return Admit::No(self.group_state(t.group()));
         }
         self.site_admits(h, site, now)
     }
@@ -244,7 +258,8 @@ impl HealthBoard {
     /// Whether exit `h`'s tunnel admits a lease, whatever the site.
     #[inline]
     pub fn tunnel_admits(&self, h: u32) -> bool {
-        self.tunnel[h as usize].admits(&self.cfg)
+        let t = &self.tunnel[h as usize];
+        t.admits(&self.cfg) && (t.group() == 0 || self.group_admits(t.group()))
     }
 
     /// Whether exit `h` may take a lease for `site` as far as that site goes (its breaker for
@@ -263,9 +278,14 @@ impl HealthBoard {
         }
     }
 
-    /// The exit's state for a site: the worse of its tunnel's and its (exit, site) breaker's.
+    /// The exit's state for a site: the worst of its tunnel's, its (exit, site) breaker's and
+    /// its group's.
     pub fn state(&self, h: u32, site: Option<u32>) -> State {
-        let t = self.tunnel[h as usize].state();
+        let tunnel = &self.tunnel[h as usize];
+        let t = match tunnel.group() {
+            0 => tunnel.state(),
+            g => tunnel.state().max(self.group_state(g)),
+        };
         let s = site.and_then(|s| self.sites.get(s as usize)).and_then(|sh| sh.breakers.get(h as usize)).map(Breaker::state);
         s.map_or(t, |s| s.max(t))
     }
@@ -273,6 +293,9 @@ impl HealthBoard {
     /// A live session's exit can no longer serve it for this site.
     pub fn lost(&self, h: u32, site: u32) -> Option<&'static str> {
         let worst = self.state(h, Some(site));
+        if worst.is_ejected() && self.group_out(self.tunnel[h as usize].group()) {
+            return Some("its gateway is out of service");
+        }
         match worst {
             State::Quarantined => Some("its exit is quarantined"),
             State::Dead => Some("its exit is dead"),
@@ -291,7 +314,7 @@ impl HealthBoard {
         }
     }
 
-    fn refresh(&mut self, h: u32) {
+    pub(super) fn refresh(&mut self, h: u32) {
         self.factor[h as usize] = self.tunnel[h as usize].weight_factor() * self.adaptive(h);
     }
 
@@ -310,7 +333,11 @@ impl HealthBoard {
     /// A lease is going out through exit `h` for `site`: half-open breakers count a trial.
     #[inline]
     pub fn on_lease(&mut self, h: u32, site: u32) -> Trial {
-        let mut trial = Trial { tunnel: self.tunnel[h as usize].on_lease(), site: 0 };
+        let t = &mut self.tunnel[h as usize];
+        let mut trial = Trial { tunnel: t.on_lease(), site: 0 };
+        if t.group() != 0 {
+            self.group_on_lease(h);
+        }
         if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
             trial.site = b.on_lease();
         }
@@ -323,6 +350,7 @@ impl HealthBoard {
     /// A lease ended with no report that speaks to its breakers (it expired): hand back its
     /// trial slots.
     pub fn abandon(&mut self, h: u32, site: u32, trial: Trial) {
+        self.group_trial_back(h);
         self.trial_back(h, trial.tunnel);
         if trial.site != 0 {
             if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
@@ -338,6 +366,10 @@ impl HealthBoard {
     #[allow(clippy::too_many_arguments)]
     pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: Trial, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
+        // A gateway's slot: evidence against the gateway is its group's, not the slot's.
+        if self.tunnel[hu].group() != 0 && self.group_report(h, site, report, trial, now, jitter) {
+            return;
+        }
         self.learn(h, report);
         self.refresh(h);
         if trial.any() && report.outcome == Outcome::Success {
@@ -487,7 +519,7 @@ impl HealthBoard {
         self.readmissions += (trial != 0) as u64;
     }
 
-    fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
+    pub(super) fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
         self.readmissions += 1;
         let until = self.tunnel[h as usize].until();
         self.share(h, None, t, until, now);
@@ -524,6 +556,9 @@ impl HealthBoard {
     pub fn probe(&mut self, h: u32, verdict: Probe, in_service: u32, now: f64, jitter: f64) {
         self.poll(now);
         let hu = h as usize;
+        if self.tunnel[hu].group() != 0 && self.group_probe(h, verdict, now, jitter) {
+            return;
+        }
         if verdict == Probe::Ok && self.tunnel[hu].state() == State::Dead {
             self.revive(h, now);
             return;
@@ -606,6 +641,7 @@ impl HealthBoard {
 
     /// An exit left the pool: its breakers no longer count against the cap.
     pub fn forget(&mut self, h: u32, now: f64) {
+        self.set_group(h, 0);
         let fresh = Breaker::new(now);
         self.readmissions += 1;
         let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());
