@@ -661,12 +661,14 @@ mod tests {
         assert_eq!(b.ejected(), 0, "no member holds an ejection slot");
         let down = b.events.since(0).find(|e| e.kind == EventKind::GatewayDown).unwrap();
         assert!(down.message.contains("gateway resi") && down.message.contains("3 of its slots"), "{}", down.message);
-        // Leases that were out fail too: the gateway's, not theirs.
-        for h in 0..10 {
+        // Leases that were out fail too, twice over: the gateway's, not theirs.
+        for h in (0..10).chain(0..10) {
             b.report(h, 1, &connect(), Trial::default(), N, 24.0, MID);
-            assert_eq!(b.tunnel_breaker(h).state(), before[h as usize].state());
+            let t = b.tunnel_breaker(h);
+            assert_eq!((t.state(), t.failing(&b.cfg)), (before[h as usize].state(), false), "member {h}");
         }
         assert_eq!(b.tunnel_failing, 0);
+        assert_eq!(b.group(g).unwrap().absorbed, 3 + 20);
     }
 
     #[test]
@@ -688,8 +690,11 @@ mod tests {
         report(&mut b, 5, &status(200), 2.5);
         report(&mut b, 2, &connect(), 3.0);
         assert_eq!(b.group(g).unwrap().state(), State::Healthy, "the gateway worked between");
-        report(&mut b, 3, &connect(), 3.0 + GROUP_WINDOW + 0.1);
+        report(&mut b, 4, &connect(), 100.0);
+        report(&mut b, 5, &connect(), 100.0);
+        report(&mut b, 6, &connect(), 100.0 + GROUP_WINDOW + 0.1);
         assert_eq!(b.group(g).unwrap().state(), State::Healthy, "too far apart");
+        assert_eq!(b.group(g).unwrap().failing(), 1, "the window starts again at the late failure");
         // Ungrouped exits' failures never open a group.
         for h in 10..14 {
             report(&mut b, h, &connect(), 20.0);
