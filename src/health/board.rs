@@ -14,21 +14,24 @@ use crate::outcome::{Outcome, Report};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`; with `group`,
-/// the breaker of exit group `h`) is due a look.
+/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`; with `site`
+/// [`GROUP_DUE`], the breaker of exit group `h`) is due a look.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Due {
-    pub(super) at: f64,
-    pub(super) h: u32,
-    pub(super) site: Option<u32>,
-    pub(super) group: bool,
+struct Due {
+    at: f64,
+    h: u32,
+    site: Option<u32>,
 }
+
+/// The `site` of a group's [`Due`]: no site id gets this far (a sentinel rather than another
+/// field, so that the heap every quarantine goes through keeps its size and its comparison).
+pub(super) const GROUP_DUE: u32 = u32::MAX;
 
 impl Eq for Due {}
 
 impl Ord for Due {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.at.total_cmp(&other.at).then(self.h.cmp(&other.h)).then(self.site.cmp(&other.site)).then(self.group.cmp(&other.group))
+        self.at.total_cmp(&other.at).then(self.h.cmp(&other.h)).then(self.site.cmp(&other.site))
     }
 }
 
@@ -191,14 +194,14 @@ impl HealthBoard {
         if now < self.next_poll {
             return;
         }
-        while let Some(&Reverse(Due { at, h, site, group })) = self.due.peek() {
+        while let Some(&Reverse(Due { at, h, site })) = self.due.peek() {
             if at > now {
                 break;
             }
             self.due.pop();
             // A breaker that changed since this was scheduled answers None: nothing is due.
             match site {
-                None if group => self.group_poll(h, now),
+                Some(GROUP_DUE) => self.group_poll(h, now),
                 None => {
                     let b = &mut self.tunnel[h as usize];
                     let was = b.failing(&self.cfg);
@@ -226,12 +229,7 @@ impl HealthBoard {
 
     /// Schedules a look at a breaker that has just been quarantined until `at`.
     pub(super) fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
-        self.push_due(Due { at, h, site, group: false });
-    }
-
-    pub(super) fn push_due(&mut self, due: Due) {
-        let at = due.at;
-        self.due.push(Reverse(due));
+        self.due.push(Reverse(Due { at, h, site }));
         self.next_poll = self.next_poll.min(at);
     }
 
@@ -350,7 +348,9 @@ impl HealthBoard {
     /// A lease ended with no report that speaks to its breakers (it expired): hand back its
     /// trial slots.
     pub fn abandon(&mut self, h: u32, site: u32, trial: Trial) {
-        self.group_trial_back(h);
+        if self.tunnel[h as usize].group() != 0 {
+            self.group_trial_back(h);
+        }
         self.trial_back(h, trial.tunnel);
         if trial.site != 0 {
             if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {

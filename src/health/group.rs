@@ -26,7 +26,7 @@
 // The pool wires groups in for `Gateway` (issue 16); until then only the tests call the API.
 #![allow(dead_code)]
 
-use super::board::{Due, Recent};
+use super::board::{Recent, GROUP_DUE};
 use super::{Breaker, HealthBoard, Probe, Reason, State, Transition, Trial};
 use crate::events::{Event, EventKind};
 use crate::outcome::{Outcome, Report};
@@ -263,6 +263,7 @@ impl HealthBoard {
     }
 
     /// A lease goes out through member `h`: in a half-open group, it is the trial.
+    #[inline(never)] // out of line: ungrouped exits' paths keep their size and inlining
     pub(super) fn group_on_lease(&mut self, h: u32) {
         let grp = &mut self.groups[self.tunnel[h as usize].group() as usize - 1];
         if grp.state == State::Probing && grp.trial.is_none() {
@@ -272,6 +273,7 @@ impl HealthBoard {
 
     /// Member `h`'s lease ended without a word about the gateway: if it was the group's
     /// trial, another member may carry one.
+    #[inline(never)] // out of line: ungrouped exits' paths keep their size and inlining
     pub(super) fn group_trial_back(&mut self, h: u32) {
         let g = self.tunnel[h as usize].group();
         if g != 0 && self.groups[g as usize - 1].trial == Some(h) {
@@ -283,6 +285,7 @@ impl HealthBoard {
     /// The group's share of member `h`'s report. `true`: the report was the gateway's and is
     /// spent (the member's breakers get their trial slots back and nothing else); `false`:
     /// the member's breakers take it as usual.
+    #[inline(never)] // out of line: ungrouped exits' paths keep their size and inlining
     pub(super) fn group_report(&mut self, h: u32, site: u32, report: &Report, trial: Trial, now: f64, jitter: f64) -> bool {
         let g = self.tunnel[h as usize].group();
         if rejects_credentials(report) {
@@ -330,6 +333,7 @@ impl HealthBoard {
     }
 
     /// The group's share of an active probe of member `h`: `true` when it is spent.
+    #[inline(never)] // out of line: ungrouped exits' paths keep their size and inlining
     pub(super) fn group_probe(&mut self, h: u32, verdict: Probe, now: f64, jitter: f64) -> bool {
         let g = self.tunnel[h as usize].group();
         let state = self.groups[g as usize - 1].state;
@@ -504,7 +508,7 @@ impl HealthBoard {
         self.readmissions += 1;
         if to == State::Quarantined {
             let at = self.groups[g as usize - 1].until;
-            self.push_due(Due { at, h: g, site: None, group: true });
+            self.schedule(at, g, Some(GROUP_DUE));
         }
         self.events.push_event(Event {
             seq: 0,
