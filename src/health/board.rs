@@ -58,6 +58,9 @@ pub enum Probe {
     Failed,
     /// It answered, but from another address than the exit's `ip`.
     Drifted,
+    /// The proxy answered 407 Proxy Authentication Required: for a gateway's slot, the
+    /// gateway refuses its credentials (its group goes out); for an exit of its own, a failure.
+    CredentialsRejected,
 }
 
 /// The half-open periods a lease went out in as a trial, per breaker (0: not a trial there).
@@ -565,7 +568,7 @@ impl HealthBoard {
         }
         let signal = match verdict {
             Probe::Ok => Signal::Success,
-            Probe::Failed => Signal::Failure(1.0),
+            Probe::Failed | Probe::CredentialsRejected => Signal::Failure(1.0),
             // Every account leased there from now on would present a new address: one
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),

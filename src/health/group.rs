@@ -289,7 +289,7 @@ impl HealthBoard {
     pub(super) fn group_report(&mut self, h: u32, site: u32, report: &Report, trial: Trial, now: f64, jitter: f64) -> bool {
         let g = self.tunnel[h as usize].group();
         if rejects_credentials(report) {
-            self.credentials_rejected(g, h, now);
+            self.credentials_rejected(g, h, false, now);
             self.absorb(g, h, site, trial);
             return true;
         }
@@ -365,6 +365,11 @@ impl HealthBoard {
                     true
                 }
             },
+            Probe::CredentialsRejected => {
+                self.credentials_rejected(g, h, true, now);
+                self.groups[g as usize - 1].absorbed += 1;
+                true
+            }
             // The slot presents another address: the slot's own fault, not the gateway's.
             Probe::Drifted => false,
         }
@@ -440,12 +445,13 @@ impl HealthBoard {
     }
 
     /// Member `h` got a 407: the gateway refuses its credentials. Said loudly once per outage
-    /// (not once per lease that was out), and again for a trial that gets one.
-    fn credentials_rejected(&mut self, g: u32, h: u32, now: f64) {
+    /// (not once per lease that was out), and again for a trial or a probe (`probe`) that
+    /// gets one.
+    fn credentials_rejected(&mut self, g: u32, h: u32, probe: bool, now: f64) {
         let grp = &mut self.groups[g as usize - 1];
         grp.credential_rejections += 1;
-        let trial = grp.state == State::Probing && grp.trial == Some(h);
-        if grp.state == State::Quarantined && grp.cause == GroupCause::Credentials || grp.state == State::Probing && !trial {
+        let decisive = probe || grp.state == State::Probing && grp.trial == Some(h);
+        if grp.state == State::Quarantined && grp.cause == GroupCause::Credentials || grp.state == State::Probing && !decisive {
             return;
         }
         // Retrying sooner cannot fix credentials; a provider may restore them (a topped-up
@@ -607,6 +613,27 @@ mod tests {
         assert!(loud[0].message.contains("gateway resi") && loud[0].message.contains("407"), "{}", loud[0].message);
         assert_eq!((loud[0].from, loud[0].to), (Some("healthy"), Some("quarantined")));
         assert_eq!(b.group(g).unwrap().credential_rejections, 11);
+    }
+
+    #[test]
+    fn a_probe_answered_407_takes_the_gateway_out_and_its_slot_keeps_its_breaker() {
+        let (mut b, g) = board();
+        let before = b.tunnel_breaker(2).clone();
+        b.probe(2, Probe::CredentialsRejected, N, 1.0, MID);
+        assert_eq!((b.group(g).unwrap().state(), b.group(g).unwrap().cause()), (State::Quarantined, GroupCause::Credentials));
+        assert_eq!(b.tunnel_breaker(2), &before);
+        assert_eq!(kinds(&b), ["gateway_credentials_rejected"]);
+        // During half-open, a probe's 407 sends it back as a trial's would.
+        b.poll(1.0 + b.cfg.max_ejection);
+        assert_eq!(b.group(g).unwrap().state(), State::Probing);
+        b.probe(2, Probe::CredentialsRejected, N, 700.0, MID);
+        assert_eq!(b.group(g).unwrap().state(), State::Quarantined);
+        // An exit of its own: a failed probe, as before.
+        b.probe(12, Probe::CredentialsRejected, N, 701.0, MID);
+        assert_eq!(b.tunnel_breaker(12).rates(&b.cfg), None);
+        assert!(!b.tunnel_breaker(12).failing(&b.cfg));
+        b.probe(12, Probe::CredentialsRejected, N, 702.0, MID);
+        assert!(b.tunnel_breaker(12).failing(&b.cfg), "two failures");
     }
 
     #[test]
