@@ -57,11 +57,13 @@ impl GroupCause {
     }
 }
 
-/// A member whose connection failure may yet turn out to be its gateway's, and, if it was in
-/// service then, its breaker and recent outcomes as they were before, to put back.
+/// A member whose connection failures may yet turn out to be its gateway's: when it last
+/// failed, and, if it was in service at its first, its breaker and recent outcomes as they
+/// were before, to put back.
 #[derive(Debug, Clone)]
 struct Suspect {
     h: u32,
+    at: f64,
     before: Option<(Breaker, Recent)>,
 }
 
@@ -78,9 +80,8 @@ pub struct Group {
     /// The member with the half-open trial out, if any.
     trial: Option<u32>,
     members: u32,
-    /// The distinct members failing since the last tunnel success, and when the first failed.
+    /// The distinct members failing within the window since the last tunnel success.
     suspects: Vec<Suspect>,
-    first_failure: f64,
     /// Lifetime figures for snapshots.
     pub outages: u32,
     pub credential_rejections: u64,
@@ -101,7 +102,6 @@ impl Group {
             trial: None,
             members: 0,
             suspects: Vec::new(),
-            first_failure: f64::NEG_INFINITY,
             outages: 0,
             credential_rejections: 0,
             absorbed: 0,
@@ -395,23 +395,21 @@ impl HealthBoard {
         let before = matches!(self.tunnel[h as usize].state(), State::Healthy | State::Degraded)
             .then(|| (self.tunnel[h as usize].clone(), self.recent[h as usize]));
         let grp = &mut self.groups[g as usize - 1];
-        if now - grp.first_failure > GROUP_WINDOW {
-            grp.suspects.clear();
-        }
-        if grp.suspects.is_empty() {
-            grp.first_failure = now;
-        }
-        if grp.suspects.iter().any(|s| s.h == h) {
+        // A sliding window: failures older than it stay their members' own.
+        grp.suspects.retain(|s| now - s.at <= GROUP_WINDOW);
+        if let Some(s) = grp.suspects.iter_mut().find(|s| s.h == h) {
+            // Still failing: charged as usual, and withdrawn with the rest if the group opens.
+            s.at = now;
             return false;
         }
         let distinct = grp.suspects.len() as u32 + 1;
         // While most tunnels fail at once the fault is ours (network, probes): no tunnel is
         // judged, and no gateway either.
         if distinct < threshold || self.global_incident.is_some() {
-            grp.suspects.push(Suspect { h, before });
+            grp.suspects.push(Suspect { h, at: now, before });
             return false;
         }
-        let within = now - grp.first_failure;
+        let within = grp.suspects.iter().fold(0.0, |w: f64, s| w.max(now - s.at));
         let mut suspects = std::mem::take(&mut grp.suspects);
         grp.absorbed += suspects.len() as u64;
         for s in suspects.drain(..) {
@@ -721,16 +719,31 @@ mod tests {
         report(&mut b, 5, &status(200), 2.5);
         report(&mut b, 2, &connect(), 3.0);
         assert_eq!(b.group(g).unwrap().state(), State::Healthy, "the gateway worked between");
+        // Ungrouped exits' failures are no member's.
+        for h in 10..14 {
+            report(&mut b, h, &connect(), 4.0);
+        }
+        assert_eq!((b.group(g).unwrap().state(), b.group(g).unwrap().failing()), (State::Healthy, 1));
         report(&mut b, 4, &connect(), 100.0);
-        report(&mut b, 5, &connect(), 100.0);
+        report(&mut b, 5, &connect(), 105.0);
         report(&mut b, 6, &connect(), 100.0 + GROUP_WINDOW + 0.1);
         assert_eq!(b.group(g).unwrap().state(), State::Healthy, "too far apart");
-        assert_eq!(b.group(g).unwrap().failing(), 1, "the window starts again at the late failure");
-        // Ungrouped exits' failures never open a group.
-        for h in 10..14 {
-            report(&mut b, h, &connect(), 20.0);
-        }
-        assert_eq!(b.group(g).unwrap().state(), State::Healthy);
+        assert_eq!(b.group(g).unwrap().failing(), 2, "the window slides: 4's failure left it");
+        // The window slides: 5 and 6 are within it, and so is 7.
+        report(&mut b, 7, &connect(), 112.0);
+        assert_eq!(b.group(g).unwrap().state(), State::Quarantined);
+    }
+
+    #[test]
+    fn a_member_still_failing_stays_in_the_window_and_all_its_failures_are_withdrawn() {
+        let (mut b, g) = board();
+        report(&mut b, 0, &connect(), 20.0);
+        report(&mut b, 0, &connect(), 28.0);
+        assert_eq!(b.tunnel_breaker(0).state(), State::Degraded);
+        report(&mut b, 1, &connect(), 32.0);
+        report(&mut b, 2, &connect(), 33.0);
+        assert_eq!(b.group(g).unwrap().state(), State::Quarantined, "0 failed 5 s before, 1 and 2 since");
+        assert_eq!((b.tunnel_breaker(0).state(), b.tunnel_breaker(0).failing(&b.cfg)), (State::Healthy, false));
     }
 
     /// Opens group 1 of `board()` by three members' connect failures at `now`.
