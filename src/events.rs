@@ -29,6 +29,13 @@ pub enum EventKind {
     SessionsEvicted,
     /// Warm-up pairings forgotten early to keep `max_pairings`.
     PairingsEvicted,
+    /// A gateway (an exit group) failed as a whole: its breaker took all its slots out.
+    GatewayDown,
+    /// A gateway's breaker closed: all its slots are back.
+    GatewayUp,
+    /// A gateway answered 407: its credentials are wrong (configuration, not a bad exit), and
+    /// its breaker took all its slots out.
+    GatewayCredentialsRejected,
 }
 
 impl EventKind {
@@ -52,6 +59,9 @@ impl EventKind {
             EventKind::StoreRejoined => "store_rejoined",
             EventKind::SessionsEvicted => "sessions_evicted",
             EventKind::PairingsEvicted => "pairings_evicted",
+            EventKind::GatewayDown => "gateway_down",
+            EventKind::GatewayUp => "gateway_up",
+            EventKind::GatewayCredentialsRejected => "gateway_credentials_rejected",
         }
     }
 }

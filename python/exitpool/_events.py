@@ -23,6 +23,8 @@ _WARNING_KINDS = frozenset(
         "exit_drifted",
         "probe_failed",
         "store_unavailable",
+        "gateway_down",
+        "gateway_credentials_rejected",
     }
 )
 

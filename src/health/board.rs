@@ -14,13 +14,18 @@ use crate::outcome::{Outcome, Report};
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`) is due a look.
+/// When a quarantined breaker (exit `h`'s tunnel, or its breaker for `site`; with `site`
+/// [`GROUP_DUE`], the breaker of exit group `h`) is due a look.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Due {
     at: f64,
     h: u32,
     site: Option<u32>,
 }
+
+/// The `site` of a group's [`Due`]: no site id gets this far (a sentinel rather than another
+/// field, so that the heap every quarantine goes through keeps its size and its comparison).
+pub(super) const GROUP_DUE: u32 = u32::MAX;
 
 impl Eq for Due {}
 
@@ -53,6 +58,11 @@ pub enum Probe {
     Failed,
     /// It answered, but from another address than the exit's `ip`.
     Drifted,
+    /// The proxy answered 407 Proxy Authentication Required: for a gateway's slot, the
+    /// gateway refuses its credentials (its group goes out); for an exit of its own, a failure.
+    // The pool's probes send it once gateways are wired in (issue 16).
+    #[allow(dead_code)]
+    CredentialsRejected,
 }
 
 /// The half-open periods a lease went out in as a trial, per breaker (0: not a trial there).
@@ -95,7 +105,7 @@ pub(super) struct SiteHealth {
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
 #[derive(Debug, Clone, Copy, Default)]
-struct Recent {
+pub(super) struct Recent {
     ok_bits: u64,
     calls: u32,
     latency: f64,
@@ -115,13 +125,15 @@ pub struct HealthBoard {
     pub cfg: HealthConfig,
     pub(super) tunnel: Vec<Breaker>,
     pub(super) sites: Vec<SiteHealth>,
-    recent: Vec<Recent>,
+    pub(super) recent: Vec<Recent>,
     /// Per exit: tunnel state factor x adaptive weight, kept current by every report and
     /// transition so that a pick reads one number per exit.
     factor: Vec<f64>,
     pub(super) tunnel_failing: u32,
     tunnel_ejected: u32,
     pub(super) global_incident: Option<f64>,
+    /// Exit groups (a gateway's slots), group id `g` at `g - 1`; none in a pool without.
+    pub(super) groups: Vec<super::Group>,
     next_poll: f64,
     /// Quarantines by when they end, soonest first (entries of breakers that changed since
     /// are dropped when they come up).
@@ -151,6 +163,7 @@ impl HealthBoard {
             tunnel_failing: 0,
             tunnel_ejected: 0,
             global_incident: None,
+            groups: Vec::new(),
             next_poll: f64::INFINITY,
             due: BinaryHeap::new(),
             born: now,
@@ -193,6 +206,7 @@ impl HealthBoard {
             self.due.pop();
             // A breaker that changed since this was scheduled answers None: nothing is due.
             match site {
+                Some(GROUP_DUE) => self.group_poll(h, now),
                 None => {
                     let b = &mut self.tunnel[h as usize];
                     let was = b.failing(&self.cfg);
@@ -219,7 +233,7 @@ impl HealthBoard {
     }
 
     /// Schedules a look at a breaker that has just been quarantined until `at`.
-    fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
+    pub(super) fn schedule(&mut self, at: f64, h: u32, site: Option<u32>) {
         self.due.push(Reverse(Due { at, h, site }));
         self.next_poll = self.next_poll.min(at);
     }
@@ -230,6 +244,9 @@ impl HealthBoard {
         let t = &self.tunnel[h as usize];
         if !t.admits(&self.cfg) {
             return Admit::No(t.state());
+        }
+        if t.group() != 0 && !self.group_admits(t.group()) {
+            return Admit::No(self.group_state(t.group()));
         }
         self.site_admits(h, site, now)
     }
@@ -263,7 +280,8 @@ impl HealthBoard {
     /// Whether exit `h`'s tunnel admits a lease, whatever the site.
     #[inline]
     pub fn tunnel_admits(&self, h: u32) -> bool {
-        self.tunnel[h as usize].admits(&self.cfg)
+        let t = &self.tunnel[h as usize];
+        t.admits(&self.cfg) && (t.group() == 0 || self.group_admits(t.group()))
     }
 
     /// Whether exit `h` may take a lease for `site` as far as that site goes (its breaker for
@@ -282,9 +300,14 @@ impl HealthBoard {
         }
     }
 
-    /// The exit's state for a site: the worse of its tunnel's and its (exit, site) breaker's.
+    /// The exit's state for a site: the worst of its tunnel's, its (exit, site) breaker's and
+    /// its group's.
     pub fn state(&self, h: u32, site: Option<u32>) -> State {
-        let t = self.tunnel[h as usize].state();
+        let tunnel = &self.tunnel[h as usize];
+        let t = match tunnel.group() {
+            0 => tunnel.state(),
+            g => tunnel.state().max(self.group_state(g)),
+        };
         let s = site.and_then(|s| self.sites.get(s as usize)).and_then(|sh| sh.breakers.get(h as usize)).map(Breaker::state);
         s.map_or(t, |s| s.max(t))
     }
@@ -292,6 +315,9 @@ impl HealthBoard {
     /// A live session's exit can no longer serve it for this site.
     pub fn lost(&self, h: u32, site: u32) -> Option<&'static str> {
         let worst = self.state(h, Some(site));
+        if worst.is_ejected() && self.group_out(self.tunnel[h as usize].group()) {
+            return Some("its gateway is out of service");
+        }
         match worst {
             State::Quarantined => Some("its exit is quarantined"),
             State::Dead => Some("its exit is dead"),
@@ -310,7 +336,7 @@ impl HealthBoard {
         }
     }
 
-    fn refresh(&mut self, h: u32) {
+    pub(super) fn refresh(&mut self, h: u32) {
         self.factor[h as usize] = self.tunnel[h as usize].weight_factor() * self.adaptive(h);
     }
 
@@ -329,7 +355,11 @@ impl HealthBoard {
     /// A lease is going out through exit `h` for `site`: half-open breakers count a trial.
     #[inline]
     pub fn on_lease(&mut self, h: u32, site: u32) -> Trial {
-        let mut trial = Trial { tunnel: self.tunnel[h as usize].on_lease(), site: 0 };
+        let t = &mut self.tunnel[h as usize];
+        let mut trial = Trial { tunnel: t.on_lease(), site: 0 };
+        if t.group() != 0 {
+            self.group_on_lease(h);
+        }
         if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
             trial.site = b.on_lease();
         }
@@ -342,6 +372,9 @@ impl HealthBoard {
     /// A lease ended with no report that speaks to its breakers (it expired): hand back its
     /// trial slots.
     pub fn abandon(&mut self, h: u32, site: u32, trial: Trial) {
+        if self.tunnel[h as usize].group() != 0 {
+            self.group_trial_back(h);
+        }
         self.trial_back(h, trial.tunnel);
         if trial.site != 0 {
             if let Some(b) = self.sites.get_mut(site as usize).and_then(|sh| sh.breakers.get_mut(h as usize)) {
@@ -357,6 +390,10 @@ impl HealthBoard {
     #[allow(clippy::too_many_arguments)]
     pub fn report(&mut self, h: u32, site: u32, report: &Report, trial: Trial, in_service: u32, now: f64, jitter: f64) {
         let hu = h as usize;
+        // A gateway's slot: evidence against the gateway is its group's, not the slot's.
+        if self.tunnel[hu].group() != 0 && self.group_report(h, site, report, trial, now, jitter) {
+            return;
+        }
         self.learn(h, report);
         self.refresh(h);
         if trial.any() && report.outcome == Outcome::Success {
@@ -506,7 +543,7 @@ impl HealthBoard {
         self.readmissions += (trial != 0) as u64;
     }
 
-    fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
+    pub(super) fn tunnel_changed(&mut self, h: u32, t: Transition, now: f64) {
         self.readmissions += 1;
         let until = self.tunnel[h as usize].until();
         self.share(h, None, t, until, now);
@@ -543,13 +580,16 @@ impl HealthBoard {
     pub fn probe(&mut self, h: u32, verdict: Probe, in_service: u32, now: f64, jitter: f64) {
         self.poll(now);
         let hu = h as usize;
+        if self.tunnel[hu].group() != 0 && self.group_probe(h, verdict, now, jitter) {
+            return;
+        }
         if verdict == Probe::Ok && self.tunnel[hu].state() == State::Dead {
             self.revive(h, now);
             return;
         }
         let signal = match verdict {
             Probe::Ok => Signal::Success,
-            Probe::Failed => Signal::Failure(1.0),
+            Probe::Failed | Probe::CredentialsRejected => Signal::Failure(1.0),
             // Every account leased there from now on would present a new address: one
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),
@@ -625,6 +665,7 @@ impl HealthBoard {
 
     /// An exit left the pool: its breakers no longer count against the cap.
     pub fn forget(&mut self, h: u32, now: f64) {
+        self.set_group(h, 0);
         let fresh = Breaker::new(now);
         self.readmissions += 1;
         let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());

@@ -173,4 +173,10 @@ impl HealthConfig {
         let doublings = repeat.saturating_sub(1).min(1023) as i32;
         (self.base_ejection * 2f64.powi(doublings)).min(self.max_ejection)
     }
+
+    /// `backoff` times the random factor in [1 - jitter, 1 + jitter] that `jitter` (a uniform
+    /// draw in [0, 1)) picks: quarantines of exits failed together do not all end together.
+    pub fn jittered(&self, backoff: f64, jitter: f64) -> f64 {
+        backoff * (1.0 - self.jitter + 2.0 * self.jitter * jitter.clamp(0.0, 1.0))
+    }
 }

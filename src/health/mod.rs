@@ -4,18 +4,21 @@
 //! - `config`: the thresholds and timings every breaker and the board judge by;
 //! - `breaker`: one breaker, for one exit's tunnel or one (exit, site) pair;
 //! - `board`: every breaker of the pool and the safeguards that judge them together
-//!   (`incidents`: the site and global incidents among them).
+//!   (`incidents`: the site and global incidents among them; `group`: exit groups, the slots
+//!   of one gateway, that one breaker takes out and brings back together).
 //!
 //! This file holds the vocabulary they share: states, signals, reasons and transitions.
 
 mod board;
 mod breaker;
 mod config;
+mod group;
 mod incidents;
 
 pub use board::{Admit, HealthBoard, OutboxVerdict, Probe, Trial, SITE_VERDICT};
 pub use breaker::Breaker;
 pub use config::HealthConfig;
+pub use group::Group;
 
 use crate::outcome::Outcome;
 
@@ -113,6 +116,9 @@ pub enum Reason {
     Fleet,
     /// This worker's ejection, refused by the fleet-wide cap in the store.
     FleetCapRefused,
+    /// The failures that moved it were its gateway's (its exit group's breaker opened on
+    /// them): withdrawn, so that the gateway's slots come back together.
+    GatewayFault,
 }
 
 impl Reason {
@@ -136,6 +142,7 @@ impl Reason {
             Reason::FleetCapRefused => {
                 "ejection refused by the fleet-wide cap (other workers' ejections count): reduced weight instead".to_owned()
             }
+            Reason::GatewayFault => "its connection failures were its gateway's, not its own: withdrawn".to_owned(),
         }
     }
 }
