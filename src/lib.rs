@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod exit;
 mod fork;
+mod gateway;
 mod hash;
 mod health;
 mod lease;
@@ -43,6 +44,9 @@ pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, War
 pub use error::{Error, Result, Setting};
 pub use events::Delivered;
 pub use exit::Exit;
+pub use gateway::presets::{Preset, ALL as PRESETS};
+pub use gateway::token::Alphabet;
+pub use gateway::{Gateway, GatewayLink, GatewaySpec, MAX_SLOTS};
 pub use health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 pub use lease::LeaseId;
 pub use mask::{mask_raw, scrub, MASK};
