@@ -29,6 +29,11 @@ pub enum EventKind {
     SessionsEvicted,
     /// Warm-up pairings forgotten early to keep `max_pairings`.
     PairingsEvicted,
+    /// A gateway slot moved to its next token (its sessions end at their next lease).
+    TokenRotated,
+    /// A probe saw a gateway slot present a new IP within one token's lifetime: the provider
+    /// did not hold the session's exit.
+    StickyBroken,
 }
 
 impl EventKind {
@@ -52,6 +57,8 @@ impl EventKind {
             EventKind::StoreRejoined => "store_rejoined",
             EventKind::SessionsEvicted => "sessions_evicted",
             EventKind::PairingsEvicted => "pairings_evicted",
+            EventKind::TokenRotated => "token_rotated",
+            EventKind::StickyBroken => "sticky_broken",
         }
     }
 }

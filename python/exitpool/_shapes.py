@@ -213,7 +213,8 @@ Event = TypedDict(
         # state_changed, ejection_refused, site_incident_opened, site_incident_closed,
         # global_incident_opened, global_incident_closed, session_lost, lease_expired,
         # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
-        # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted
+        # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted, token_rotated,
+        # sticky_broken
         "kind": str,
         "exit_id": Optional[str],
         "site": Optional[str],

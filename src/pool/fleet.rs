@@ -343,7 +343,8 @@ impl State {
         };
         match key {
             None => Ok((h, choice)),
-            Some(key) => Ok((self.session_exit(view, key, h, site, now)?, Choice::Session)),
+            // The store keeps no token generation (yet): a rotation is not checked here.
+            Some(key) => Ok((self.session_exit(view, key, h, None, site, now)?, Choice::Session)),
         }
     }
 }

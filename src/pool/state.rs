@@ -8,6 +8,7 @@ use super::{Choice, Config, Counts, Grant, Refusal};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
+use crate::gateway::Gateway;
 use crate::health::{Admit, HealthBoard, State as Health};
 use crate::lease::{LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
@@ -33,6 +34,13 @@ pub(super) struct ExitSlot {
     pub(super) benched: bool,
     pub(super) removed: bool,
     pub(super) tally: Tally,
+    /// Pool-clock time the exit's token rotates: `inf` for a plain exit, so the check a lease
+    /// makes ([`State::refresh`]) is one comparison that never passes.
+    pub(super) rotates_at: f64,
+    /// A gateway slot's token generation (0 for a plain exit).
+    pub(super) generation: u64,
+    /// The IP a probe saw through the current token: the one later probes expect.
+    pub(super) learned_ip: Option<std::net::IpAddr>,
 }
 
 impl ExitSlot {
@@ -47,7 +55,23 @@ impl ExitSlot {
             benched: false,
             removed: false,
             tally: Tally::default(),
+            rotates_at: f64::INFINITY,
+            generation: 0,
+            learned_ip: None,
         }
+    }
+
+    /// A slot for a gateway slot's exit in generation `generation`, due to rotate at `rotates_at`.
+    pub(super) fn for_gateway(exit: Exit, generation: u64, rotates_at: f64) -> ExitSlot {
+        ExitSlot { generation, rotates_at, ..ExitSlot::new(exit) }
+    }
+
+    /// Puts a plain exit where a removed one was: no token, nothing learned.
+    pub(super) fn rejoin(&mut self, exit: Exit) {
+        self.set_exit(exit);
+        self.rotates_at = f64::INFINITY;
+        self.generation = 0;
+        self.learned_ip = None;
     }
 
     pub(super) fn set_exit(&mut self, exit: Exit) {
@@ -137,9 +161,66 @@ pub(super) struct State {
     pub(super) waits: Waits,
     pub(super) rate_prev: (f64, u64),
     pub(super) rate_mark: (f64, u64),
+    /// The gateways whose slots are exits here, by the index their exits' links carry.
+    pub(super) gateways: Vec<Arc<Gateway>>,
+    /// Unix time = pool clock + this (the clock's own offset, read at birth).
+    pub(super) unix_offset: f64,
 }
 
+/// Why a session ends when its gateway slot's token rotated under it.
+pub(super) const TOKEN_ROTATED: &str = "its gateway session expired (token rotated)";
+
 impl State {
+    /// Moves exit `h` to its current token if its token's time is up. One comparison for a
+    /// plain exit (whose `rotates_at` is infinite) or a slot whose token is still current.
+    #[inline]
+    pub(super) fn refresh(&mut self, h: u32, now: f64) {
+        if now >= self.exits[h as usize].rotates_at {
+            self.rotate(h, now);
+        }
+    }
+
+    /// Replaces a gateway slot's exit by one carrying the token of its generation now (a new
+    /// `Arc<Exit>`; leases out keep the old one), forgets the IP learned for the old token,
+    /// and says so. The event names no token: in some formats the token is in the password.
+    #[cold]
+    #[inline(never)]
+    fn rotate(&mut self, h: u32, now: f64) {
+        let slot = &mut self.exits[h as usize];
+        let Some(link) = slot.exit.gateway else {
+            slot.rotates_at = f64::INFINITY;
+            return;
+        };
+        let gw = &self.gateways[link.gateway as usize];
+        let unix = now + self.unix_offset;
+        let (old, generation) = (slot.generation, gw.generation(link.slot, unix));
+        let mut exit = gw.slot_exit(link.slot, generation, link.gateway);
+        // What the pool changed about the exit since it was made (its measured capacity) stays.
+        exit.capacity = slot.exit.capacity;
+        slot.set_exit(exit);
+        slot.generation = generation;
+        slot.rotates_at = gw.rotates_at(link.slot, generation) - self.unix_offset;
+        slot.learned_ip = None;
+        let msg = format!(
+            "gateway {:?} slot {}: token generation {old} -> {generation} (lifetime {} s less margin {} s); \
+             sessions bound to the old token end at their next lease; the next rotation is in {:.0} s",
+            gw.id,
+            link.slot,
+            gw.lifetime.unwrap_or(f64::INFINITY),
+            gw.margin,
+            slot.rotates_at - now
+        );
+        self.board.events.push(now, EventKind::TokenRotated, Some(h), None, msg);
+    }
+
+    /// Gateway `gateway`'s slots (handles `slots`) joined the pool: the one place they are
+    /// grouped, for health to judge the gateway as a whole.
+    pub(super) fn gateway_joined(&mut self, gateway: u32, slots: &[u32]) {
+        // wired at merge: `let group = self.board.add_group();` then
+        // `for &h in slots { self.board.set_group(h, group) }` (one breaker for the gateway).
+        let _ = (gateway, slots);
+    }
+
     pub(super) fn site_tally(&mut self, site: u32, h: u32) -> &mut Tally {
         if self.site_tallies.len() <= site as usize {
             self.site_tallies.resize_with(site as usize + 1, Vec::new);
@@ -390,8 +471,13 @@ impl State {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
                 let live = if local_sessions { self.sessions.live(key, now) } else { None };
                 let (h, choice) = match live {
-                    Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
-                    None => self.ring_pick(view, key, site, now)?,
+                    Some(s) => (self.session_exit(view, key, s.exit, Some(s.generation), site, now)?, Choice::Session),
+                    None => {
+                        let (h, choice) = self.ring_pick(view, key, site, now)?;
+                        // The new session is bound in the token current now.
+                        self.refresh(h, now);
+                        (h, choice)
+                    }
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
@@ -437,24 +523,49 @@ impl State {
     }
 
     /// A live session's exit, if it can serve: a session never moves, so an exit that cannot
-    /// is reported (`SessionExitLost`), never silently replaced.
-    pub(super) fn session_exit(&mut self, view: u32, key: &str, h: u32, site: u32, now: f64) -> std::result::Result<u32, Refusal> {
+    /// is reported (`SessionExitLost`), never silently replaced. `generation` is the token
+    /// generation the session was bound in (`None`: not known here, as for a session another
+    /// worker of a fleet bound): a session whose gateway token rotated since has ended with
+    /// the provider's session, so it ends here too, and the key's next lease binds afresh
+    /// (unless its gateway rebinds quietly).
+    pub(super) fn session_exit(
+        &mut self,
+        view: u32,
+        key: &str,
+        h: u32,
+        generation: Option<u32>,
+        site: u32,
+        now: f64,
+    ) -> std::result::Result<u32, Refusal> {
+        self.refresh(h, now);
         let slot = &self.exits[h as usize];
+        let rotated = generation.is_some_and(|g| g != slot.generation as u32)
+            && !slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind);
         let why = if slot.removed {
             Some("its exit was removed from the pool")
         } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
             Some("its exit is outside this subset")
+        } else if rotated {
+            Some(TOKEN_ROTATED)
         } else {
             self.board.lost(h, site)
         };
         if let Some(why) = why {
+            if rotated {
+                self.sessions.end(key);
+            }
+            let slot = &self.exits[h as usize];
             let exit_id = slot.exit.id.clone();
             self.board.events.push(
                 now,
                 EventKind::SessionLost,
                 Some(h),
                 (site != 0).then_some(site),
-                format!("session of key {key:?}: {why}; not moved"),
+                if rotated {
+                    format!("session of key {key:?}: {why}; it ended, and the key's next lease binds afresh on the slot's new token")
+                } else {
+                    format!("session of key {key:?}: {why}; not moved")
+                },
             );
             return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
         }
@@ -478,6 +589,7 @@ impl State {
     /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
     #[inline]
     pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
+        self.refresh(h, now);
         self.board.gate_pass(site, now);
         let state = self.board.state(h, Some(site));
         let trial = self.board.on_lease(h, site);
