@@ -55,7 +55,7 @@ pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
     after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, GroupFigures,
     Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, Snapshot, SnapshotDocument, COOLING, DEFAULT_MAX_KEYS,
-    RENEW_SLACK,
+    RENEW_SLACK, TOKEN_ROTATED,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

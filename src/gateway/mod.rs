@@ -373,7 +373,8 @@ mod tests {
 
     #[test]
     fn every_bad_value_is_named() {
-        let cases: Vec<(Box<dyn Fn(&mut GatewaySpec)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut GatewaySpec)>;
+        let cases: Vec<(Change, &str)> = vec![
             (Box::new(|s| s.slots = 0), "slots 0 is outside 1..=100000"),
             (Box::new(|s| s.username = Some("{user}-x".into())), "neither the username nor the password template has {session}"),
             (Box::new(|s| s.username = Some("{user}-{city}-{session}".into())), "names the tag {city}, but tags has no \"city\""),

@@ -27,6 +27,7 @@ impl Schedule {
         Schedule { period: lifetime.map(|l| l - margin) }
     }
 
+    #[cfg(test)]
     pub fn period(&self) -> Option<f64> {
         self.period
     }

@@ -32,7 +32,7 @@ pub use config::{check_max_keys, check_max_leases, Config, DEFAULT_MAX_KEYS};
 pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
-pub use grant::{Choice, Counts, Grant, Refusal};
+pub use grant::{Choice, Counts, Grant, Refusal, TOKEN_ROTATED};
 pub use snapshot::{Cell, EventRecord, ExitRecord, GroupFigures, PoolFigures, Selection, SiteRecord, Snapshot, COOLING};
 
 use crate::clock::Clock;

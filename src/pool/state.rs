@@ -2,7 +2,7 @@
 //! health, and the decisions made over them (which exit, or why none).
 
 use super::calibrate::identity_of;
-use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE};
+use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE, TOKEN_ROTATED};
 use super::members::{Avoiding, ViewMembers};
 use super::{Choice, Config, Counts, Grant, Refusal};
 use crate::error::{Error, Result};
@@ -166,9 +166,6 @@ pub(super) struct State {
     /// Unix time = pool clock + this (the clock's own offset, read at birth).
     pub(super) unix_offset: f64,
 }
-
-/// Why a session ends when its gateway slot's token rotated under it.
-pub(super) const TOKEN_ROTATED: &str = "its gateway session expired (token rotated)";
 
 impl State {
     /// Moves exit `h` to its current token if its token's time is up. One comparison for a

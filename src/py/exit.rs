@@ -104,7 +104,7 @@ pub fn judged_int<T>(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str, check
     })
 }
 
-fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+pub(super) fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
     let Some(tags) = tags else { return Ok(Vec::new()) };
     let mut out = Vec::with_capacity(tags.len());
     for (k, v) in tags.iter() {
