@@ -1,7 +1,7 @@
 //! Gateways in a pool, driven with a manual clock whose readings are Unix time: expansion,
 //! rotation, sessions that end with their token, probes per token. No sleeping, no Python.
 
-use exitpool::{Choice, Config, Exit, Gateway, GatewaySpec, ManualClock, Member, Pool, Refusal, Report};
+use exitpool::{Choice, Clock, Config, Exit, Gateway, GatewaySpec, ManualClock, Member, Pool, Refusal, Report};
 use std::sync::Arc;
 
 const T0: f64 = 1.7e9;
@@ -41,12 +41,16 @@ fn a_gateway_expands_into_slots_beside_plain_exits() {
 
 #[test]
 fn two_pools_on_the_same_gateway_agree_on_every_token() {
-    let (a, ca) = pool(vec![gateway("resi", 50, Some(600.0), false).into()]);
-    let (b, cb) = pool(vec![gateway("resi", 50, Some(600.0), false).into()]);
+    let g = gateway("resi", 50, Some(600.0), false);
+    let (a, ca) = pool(vec![g.clone().into()]);
+    let (b, cb) = pool(vec![g.clone().into()]);
     for _ in 0..5 {
         let ta: Vec<String> = a.members(0).iter().map(|e| e.proxy.as_str().to_owned()).collect();
         let tb: Vec<String> = b.members(0).iter().map(|e| e.proxy.as_str().to_owned()).collect();
         assert_eq!(ta, tb);
+        // ...and both hold the token of the time it is now.
+        let now = ca.now();
+        assert!(a.members(0).iter().enumerate().all(|(s, e)| token_of(e) == g.token(s as u32, g.generation(s as u32, now))));
         ca.advance(317.0).unwrap();
         cb.advance(317.0).unwrap();
     }
