@@ -424,6 +424,8 @@ impl State {
         let site = self.site_id(site);
         let avoid = self.avoided(key, avoid);
         let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
+        // The lease, and a new session, get the slot's token current now.
+        self.refresh(h, now);
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 let admitted = self.pairings.admit(cfg, key, h, now);
@@ -469,12 +471,7 @@ impl State {
                 let live = if local_sessions { self.sessions.live(key, now) } else { None };
                 let (h, choice) = match live {
                     Some(s) => (self.session_exit(view, key, s.exit, Some(s.generation), site, now)?, Choice::Session),
-                    None => {
-                        let (h, choice) = self.ring_pick(view, key, site, now)?;
-                        // The new session is bound in the token current now.
-                        self.refresh(h, now);
-                        (h, choice)
-                    }
+                    None => self.ring_pick(view, key, site, now)?,
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
@@ -586,7 +583,6 @@ impl State {
     /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
     #[inline]
     pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
-        self.refresh(h, now);
         self.board.gate_pass(site, now);
         let state = self.board.state(h, Some(site));
         let trial = self.board.on_lease(h, site);

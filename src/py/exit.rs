@@ -116,6 +116,15 @@ pub(super) fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> 
     Ok(out)
 }
 
+/// Tags as a new dict (a copy: exits and gateways are immutable).
+pub(super) fn tags_dict<'py>(py: Python<'py>, tags: &[(String, String)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in tags {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
 impl PyExit {
     pub fn wrap(exit: Exit) -> PyExit {
         PyExit { inner: Arc::new(exit) }
@@ -181,11 +190,7 @@ impl PyExit {
     }
     #[getter]
     fn tags<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in &self.inner.tags {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        tags_dict(py, &self.inner.tags)
     }
     #[getter]
     fn scheme(&self) -> &'static str {

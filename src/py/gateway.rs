@@ -3,7 +3,7 @@
 //! template (a password template may hold the password).
 
 use super::errors::IntoPyResult;
-use super::exit::{capacity_of, extract_int, extract_tags, Float, PyExit};
+use super::exit::{capacity_of, extract_int, extract_tags, tags_dict, Float, PyExit};
 use super::text::{opt_text, text};
 use crate::gateway::{Gateway, GatewaySpec, MAX_SLOTS};
 use pyo3::prelude::*;
@@ -110,11 +110,7 @@ impl PyGateway {
     }
     #[getter]
     fn tags<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in &self.inner.tags {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        tags_dict(py, &self.inner.tags)
     }
     #[getter]
     fn preset(&self) -> Option<&'static str> {
