@@ -531,10 +531,11 @@ impl State {
         site: u32,
         now: f64,
     ) -> std::result::Result<u32, Refusal> {
-        self.refresh(h, now);
         let slot = &self.exits[h as usize];
-        let rotated = generation.is_some_and(|g| g != slot.generation as u32)
-            && !slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind);
+        // On the way: one comparison for the token's time, one for the session's generation.
+        let rotated =
+            (now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32)) && self.token_gone(h, generation, now);
+        let slot = &self.exits[h as usize];
         let why = if slot.removed {
             Some("its exit was removed from the pool")
         } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
@@ -569,6 +570,17 @@ impl State {
             // Probing with every trial out: wait for one to come back.
             Admit::No(_) => Err(Refusal::Full),
         }
+    }
+
+    /// Moves exit `h` to its current token, and says whether a session bound in `generation`
+    /// has lost its token with it (unless its gateway rebinds quietly). Off the lease path.
+    #[cold]
+    #[inline(never)]
+    fn token_gone(&mut self, h: u32, generation: Option<u32>, now: f64) -> bool {
+        self.refresh(h, now);
+        let slot = &self.exits[h as usize];
+        generation.is_some_and(|g| g != slot.generation as u32)
+            && !slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind)
     }
 
     /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids
