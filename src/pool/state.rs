@@ -424,8 +424,6 @@ impl State {
         let site = self.site_id(site);
         let avoid = self.avoided(key, avoid);
         let (h, choice) = self.decide(view, key, site, &avoid, now, true)?;
-        // The lease, and a new session, get the slot's token current now.
-        self.refresh(h, now);
         if let Some(key) = key {
             if let Some(cfg) = &self.cfg.warmup {
                 let admitted = self.pairings.admit(cfg, key, h, now);
@@ -471,7 +469,12 @@ impl State {
                 let live = if local_sessions { self.sessions.live(key, now) } else { None };
                 let (h, choice) = match live {
                     Some(s) => (self.session_exit(view, key, s.exit, Some(s.generation), site, now)?, Choice::Session),
-                    None => self.ring_pick(view, key, site, now)?,
+                    None => {
+                        let (h, choice) = self.ring_pick(view, key, site, now)?;
+                        // A new session binds in the slot's token current now.
+                        self.refresh(h, now);
+                        (h, choice)
+                    }
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
@@ -511,6 +514,8 @@ impl State {
                         }
                     }
                 }
+                // The lease gets the slot's token current now.
+                self.refresh(h, now);
                 Ok((h, Choice::Strategy(strategy)))
             }
         }
@@ -534,7 +539,7 @@ impl State {
         let slot = &self.exits[h as usize];
         // On the way: one comparison for the token's time, one for the session's generation.
         let rotated =
-            (now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32)) && self.token_gone(h, generation, now);
+            (now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32)) && self.token_gone(key, h, generation, now);
         let slot = &self.exits[h as usize];
         let why = if slot.removed {
             Some("its exit was removed from the pool")
@@ -572,15 +577,21 @@ impl State {
         }
     }
 
-    /// Moves exit `h` to its current token, and says whether a session bound in `generation`
-    /// has lost its token with it (unless its gateway rebinds quietly). Off the lease path.
+    /// Moves exit `h` to its current token, and says whether `key`'s session, bound in
+    /// `generation`, has lost its token with it; if its gateway rebinds quietly, the session
+    /// moves to the new generation instead. Off the lease path.
     #[cold]
     #[inline(never)]
-    fn token_gone(&mut self, h: u32, generation: Option<u32>, now: f64) -> bool {
+    fn token_gone(&mut self, key: &str, h: u32, generation: Option<u32>, now: f64) -> bool {
         self.refresh(h, now);
         let slot = &self.exits[h as usize];
-        generation.is_some_and(|g| g != slot.generation as u32)
-            && !slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind)
+        let moved = generation.is_some_and(|g| g != slot.generation as u32);
+        if moved && slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind) {
+            // Rebinding quietly: the session carries on in the slot's new token.
+            self.sessions.regenerate(key, slot.generation as u32);
+            return false;
+        }
+        moved
     }
 
     /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids
