@@ -52,15 +52,15 @@ impl Sessions {
     /// binding took the table over its bound: the caller then calls [`Sessions::evict_idle`].
     #[inline]
     #[must_use = "over the bound, the caller must make room with evict_idle"]
-    /// `generation` (the exit's token generation) is read only for a new binding: an extended
+    /// `generation` (the exit's token generation) is kept only by a new binding: an extended
     /// session keeps the one it was bound in.
-    pub fn bind(&mut self, key: &str, exit: u32, generation: impl FnOnce() -> u32, expires: f64) -> bool {
+    pub fn bind(&mut self, key: &str, exit: u32, generation: u32, expires: f64) -> bool {
         if let Some(s) = self.map.get_mut(key) {
             debug_assert_eq!(s.exit, exit, "a live session never moves");
             s.expires = expires;
             return false;
         }
-        self.map.insert(key.into(), Session { exit, generation: generation(), expires });
+        self.map.insert(key.into(), Session { exit, generation, expires });
         self.count(exit, 1);
         self.max.is_some_and(|m| self.map.len() > m)
     }
@@ -165,7 +165,7 @@ mod tests {
     use super::*;
 
     fn bind(s: &mut Sessions, key: &str, exit: u32, expires: f64) -> bool {
-        s.bind(key, exit, || 0, expires)
+        s.bind(key, exit, 0, expires)
     }
 
     #[test]

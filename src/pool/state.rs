@@ -538,34 +538,24 @@ impl State {
     ) -> std::result::Result<u32, Refusal> {
         let slot = &self.exits[h as usize];
         // On the way: one comparison for the token's time, one for the session's generation.
-        let rotated =
-            (now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32)) && self.token_gone(key, h, generation, now);
-        let slot = &self.exits[h as usize];
+        if now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32) {
+            return self.stale_session(view, key, h, generation, site, now);
+        }
         let why = if slot.removed {
             Some("its exit was removed from the pool")
         } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
             Some("its exit is outside this subset")
-        } else if rotated {
-            Some(TOKEN_ROTATED)
         } else {
             self.board.lost(h, site)
         };
         if let Some(why) = why {
-            if rotated {
-                self.sessions.end(key);
-            }
-            let slot = &self.exits[h as usize];
             let exit_id = slot.exit.id.clone();
             self.board.events.push(
                 now,
                 EventKind::SessionLost,
                 Some(h),
                 (site != 0).then_some(site),
-                if rotated {
-                    format!("session of key {key:?}: {why}; it ended, and the key's next lease binds afresh on the slot's new token")
-                } else {
-                    format!("session of key {key:?}: {why}; not moved")
-                },
+                format!("session of key {key:?}: {why}; not moved"),
             );
             return Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why });
         }
@@ -575,6 +565,32 @@ impl State {
             // Probing with every trial out: wait for one to come back.
             Admit::No(_) => Err(Refusal::Full),
         }
+    }
+
+    /// [`State::session_exit`] when the slot's token is due or the session's generation is
+    /// not the slot's: the token moves on; a session whose token is gone ends (the provider's
+    /// session is over) and says so; one that rebinds quietly, or whose generation is not
+    /// known here, carries on as usual.
+    #[cold]
+    #[inline(never)]
+    fn stale_session(
+        &mut self,
+        view: u32,
+        key: &str,
+        h: u32,
+        generation: Option<u32>,
+        site: u32,
+        now: f64,
+    ) -> std::result::Result<u32, Refusal> {
+        if !self.token_gone(key, h, generation, now) {
+            return self.session_exit(view, key, h, None, site, now);
+        }
+        self.sessions.end(key);
+        let exit_id = self.exits[h as usize].exit.id.clone();
+        let msg =
+            format!("session of key {key:?}: {TOKEN_ROTATED}; it ended, and the key's next lease binds afresh on the slot's new token");
+        self.board.events.push(now, EventKind::SessionLost, Some(h), (site != 0).then_some(site), msg);
+        Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why: TOKEN_ROTATED })
     }
 
     /// Moves exit `h` to its current token, and says whether `key`'s session, bound in
