@@ -33,6 +33,14 @@ pub fn check_wait(key: &'static str, v: f64) -> crate::error::Result<f64> {
 /// Seconds on a monotonic scale; only differences mean anything.
 pub trait Clock: Send + Sync {
     fn now(&self) -> f64;
+
+    /// The Unix time at which this clock read 0, so that `now() + unix_offset()` is Unix
+    /// time: gateways derive a slot's token from it, and every worker must agree on it.
+    /// 0 by default: the clock's readings are Unix seconds (so a `ManualClock` test decides
+    /// exactly which generation every slot is in).
+    fn unix_offset(&self) -> f64 {
+        0.0
+    }
 }
 
 /// The real monotonic clock, counted from when the pool was made.
@@ -44,11 +52,15 @@ pub trait Clock: Send + Sync {
 /// and latencies and waits are measured by their callers on the fine clock.
 pub struct SystemClock {
     start: u64,
+    /// The wall clock's Unix time at `start`, read once: the monotonic clock then carries it,
+    /// so a wall-clock step later does not move any slot's generation back.
+    unix_at_start: f64,
 }
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock { start: ticks() }
+        let unix_at_start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        SystemClock { start: ticks(), unix_at_start }
     }
 }
 
@@ -62,6 +74,10 @@ impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> f64 {
         ticks().saturating_sub(self.start) as f64 * 1e-9
+    }
+
+    fn unix_offset(&self) -> f64 {
+        self.unix_at_start
     }
 }
 

@@ -36,6 +36,11 @@ pub enum EventKind {
     /// A gateway answered 407: its credentials are wrong (configuration, not a bad exit), and
     /// its breaker took all its slots out.
     GatewayCredentialsRejected,
+    /// A gateway slot moved to its next token (its sessions end at their next lease).
+    TokenRotated,
+    /// A probe saw a gateway slot present a new IP within one token's lifetime: the provider
+    /// did not hold the session's exit.
+    StickyBroken,
 }
 
 impl EventKind {
@@ -62,6 +67,8 @@ impl EventKind {
             EventKind::GatewayDown => "gateway_down",
             EventKind::GatewayUp => "gateway_up",
             EventKind::GatewayCredentialsRejected => "gateway_credentials_rejected",
+            EventKind::TokenRotated => "token_rotated",
+            EventKind::StickyBroken => "sticky_broken",
         }
     }
 }

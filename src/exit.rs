@@ -16,6 +16,9 @@ pub struct Exit {
     pub capacity: u32,
     /// Sorted by key, so equal tag sets compare and print equally.
     pub tags: Vec<(String, String)>,
+    /// For a gateway's slot: which gateway and slot (its credentials then carry the slot's
+    /// current token, and a pool replaces the exit when the token rotates).
+    pub gateway: Option<crate::gateway::GatewayLink>,
 }
 
 impl Exit {
@@ -32,7 +35,7 @@ impl Exit {
             .transpose()?;
         tags.sort();
         tags.dedup_by(|a, b| a.0 == b.0);
-        Ok(Exit { id, proxy, ip, capacity, tags })
+        Ok(Exit { id, proxy, ip, capacity, tags, gateway: None })
     }
 
     pub fn tag(&self, key: &str) -> Option<&str> {

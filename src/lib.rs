@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod exit;
 mod fork;
+mod gateway;
 mod hash;
 mod health;
 mod lease;
@@ -43,6 +44,9 @@ pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, War
 pub use error::{Error, Result, Setting};
 pub use events::Delivered;
 pub use exit::Exit;
+pub use gateway::presets::{Preset, ALL as PRESETS};
+pub use gateway::token::Alphabet;
+pub use gateway::{Gateway, GatewayLink, GatewaySpec, MAX_SLOTS};
 pub use health::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 pub use lease::LeaseId;
 pub use mask::{mask_raw, scrub, MASK};
@@ -50,7 +54,8 @@ pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
     after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, GroupFigures,
-    Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, Snapshot, SnapshotDocument, COOLING, DEFAULT_MAX_KEYS, RENEW_SLACK,
+    Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, Snapshot, SnapshotDocument, COOLING, DEFAULT_MAX_KEYS,
+    RENEW_SLACK, TOKEN_ROTATED,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

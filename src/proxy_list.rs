@@ -144,7 +144,7 @@ pub fn parse_line(line: &str) -> Result<Option<Exit>> {
         .map(|(i, s)| s.parse::<IpAddr>().map_err(|_| Error::BadInput(format!("{} is not an IP address", quote(i, "ip", s)))))
         .transpose()?;
     tags.sort();
-    Ok(Some(Exit { id, proxy, ip, capacity, tags }))
+    Ok(Some(Exit { id, proxy, ip, capacity, tags, gateway: None }))
 }
 
 /// Why a message leaves a token out.

@@ -7,6 +7,10 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Session {
     pub exit: u32,
+    /// The exit's token generation when the session was bound (0 for a plain exit): a
+    /// gateway slot whose token has rotated since no longer holds the session's address.
+    /// It sits in what was padding, so a session costs no more than before.
+    pub generation: u32,
     pub expires: f64,
 }
 
@@ -48,13 +52,15 @@ impl Sessions {
     /// binding took the table over its bound: the caller then calls [`Sessions::evict_idle`].
     #[inline]
     #[must_use = "over the bound, the caller must make room with evict_idle"]
-    pub fn bind(&mut self, key: &str, exit: u32, expires: f64) -> bool {
+    /// `generation` (the exit's token generation) is kept only by a new binding: an extended
+    /// session keeps the one it was bound in.
+    pub fn bind(&mut self, key: &str, exit: u32, generation: u32, expires: f64) -> bool {
         if let Some(s) = self.map.get_mut(key) {
             debug_assert_eq!(s.exit, exit, "a live session never moves");
             s.expires = expires;
             return false;
         }
-        self.map.insert(key.into(), Session { exit, expires });
+        self.map.insert(key.into(), Session { exit, generation, expires });
         self.count(exit, 1);
         self.max.is_some_and(|m| self.map.len() > m)
     }
@@ -86,6 +92,13 @@ impl Sessions {
             });
         }
         before - self.map.len()
+    }
+
+    /// Moves a live session to its exit's new token generation (a quiet rebind).
+    pub fn regenerate(&mut self, key: &str, generation: u32) {
+        if let Some(s) = self.map.get_mut(key) {
+            s.generation = generation;
+        }
     }
 
     pub fn end(&mut self, key: &str) -> Option<Session> {
@@ -152,7 +165,7 @@ mod tests {
     use super::*;
 
     fn bind(s: &mut Sessions, key: &str, exit: u32, expires: f64) -> bool {
-        s.bind(key, exit, expires)
+        s.bind(key, exit, 0, expires)
     }
 
     #[test]

@@ -906,10 +906,10 @@ def test_duplicate_exit_ids_are_refused():
     assert "pw" not in str(e.value)
 
 
-def test_a_pool_holds_only_exits():
+def test_a_pool_holds_only_exits_and_gateways():
     with pytest.raises(InvalidInput) as e:
         Pool(["http://user:pw@gw.example:8000"])
-    assert str(e.value) == "a Pool holds Exit objects, got str"
+    assert str(e.value) == "a Pool holds Exit and Gateway objects, got str"
 
 
 def test_bad_input_on_a_live_pool_changes_nothing(pool, clock):

@@ -42,7 +42,15 @@ def test_docs_examples_cover_the_manual():
     # The pages whose examples the parametrized test runs: the manual's runnable examples
     # did not silently disappear (a block retagged or a page dropped).
     runnable = {p.name for p in PAGES if python_blocks(p)}
-    assert {"quickstart.md", "sessions-and-leases.md", "observability.md", "configuration.md", "clients.md", "scrapy.md"} <= runnable
+    assert {
+        "quickstart.md",
+        "sessions-and-leases.md",
+        "gateways.md",
+        "observability.md",
+        "configuration.md",
+        "clients.md",
+        "scrapy.md",
+    } <= runnable
 
 
 def test_mkdocs_nav_lists_every_page():

@@ -11,7 +11,7 @@ True
 import logging as _logging
 
 from . import _fork  # noqa: F401  (a multiprocessing child's last releases reach the store)
-from ._core import DEFAULT_REPLICAS, Exit, Lease, ManualClock, Pool, Ring, __version__
+from ._core import DEFAULT_REPLICAS, Exit, Gateway, Lease, ManualClock, Pool, Ring, __version__
 from ._errors import (
     Cooling,
     Error,
@@ -31,6 +31,7 @@ __all__ = [
     "Cooling",
     "Error",
     "Exit",
+    "Gateway",
     "InvalidInput",
     "Lease",
     "ManualClock",

@@ -3,7 +3,7 @@
 # ruff: noqa: F405 (the shape's names come from the star import of _shapes below)
 
 import os
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, Union, final
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Literal, Mapping, Optional, Tuple, TypedDict, Union, final
 
 # The shape of snapshots, events and recalibrations (Snapshot, Event, Recalibration, the
 # TypedDicts and Literal aliases they are made of): one definition, in exitpool/_shapes.py,
@@ -22,6 +22,8 @@ __all__ = [
     "_IN_SERVICE",
     "_OUTCOMES",
     "Exit",
+    "Gateway",
+    "GatewayPreset",
     "Ring",
     "Pool",
     "Lease",
@@ -177,6 +179,84 @@ class ManualClock:
         """Move time forward; returns the new time. Negative or non-finite steps raise."""
     def now(self) -> float: ...
 
+class GatewayPreset(TypedDict):
+    """One provider format :meth:`Gateway.presets` knows."""
+
+    name: str
+    username: str
+    password: str
+    session_alphabet: str
+    session_length: Tuple[int, int]
+    default_session_length: int
+    lifetime: Optional[Tuple[float, float]]
+    default_lifetime: Optional[float]
+    source: str
+
+@final
+class Gateway:
+    """One provider endpoint that mints sticky sessions: ``slots`` exits ``"{gateway_id}-{n}"``
+    (n from 0) whose credentials carry each slot's current token.
+
+    ``username`` / ``password`` are templates over ``{user}`` and ``{password}`` (the proxy
+    URL's own), ``{session}`` (the slot's token), ``{lifetime}`` (in the preset's unit, else
+    whole seconds) and ``{tag}`` for any tag. ``lifetime`` is seconds (``None``: the preset's
+    default, or tokens that never expire); a slot moves to its next token ``margin`` seconds
+    before its lifetime ends (default ``min(60, lifetime / 10)``). ``rebind=True`` moves a
+    key's session to the new token silently instead of raising ``SessionExitLost``.
+    ``repr`` masks the password and shows no template.
+    """
+
+    def __new__(
+        cls,
+        gateway_id: str,
+        proxy: str,
+        *,
+        slots: int,
+        username: Optional[str] = None,
+        password: Optional[str] = None,
+        lifetime: Optional[float] = None,
+        capacity: Optional[int] = None,
+        tags: Optional[Mapping[str, str]] = None,
+        preset: Optional[str] = None,
+        margin: Optional[float] = None,
+        rebind: bool = False,
+        session_alphabet: Optional[Literal["digits", "lower", "alnum", "word"]] = None,
+        session_length: Optional[int] = None,
+    ) -> Gateway: ...
+    def __getnewargs_ex__(self) -> Tuple[Tuple[str, str], Dict[str, Any]]: ...
+    @property
+    def gateway_id(self) -> str: ...
+    @property
+    def masked_proxy(self) -> str: ...
+    @property
+    def slots(self) -> int: ...
+    @property
+    def lifetime(self) -> Optional[float]: ...
+    @property
+    def margin(self) -> float: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def tags(self) -> Dict[str, str]: ...
+    @property
+    def preset(self) -> Optional[str]: ...
+    @property
+    def rebind(self) -> bool: ...
+    @property
+    def session_alphabet(self) -> str: ...
+    @property
+    def session_length(self) -> int: ...
+    def slot_id(self, slot: int) -> str: ...
+    def token(self, slot: int, at: Optional[float] = None) -> str:
+        """Slot ``slot``'s token at Unix time ``at`` (default: now), as every worker has it."""
+    def generation(self, slot: int, at: Optional[float] = None) -> int: ...
+    def rotates_at(self, slot: int, at: Optional[float] = None) -> float:
+        """The Unix time the slot next moves to a new token (``inf`` if tokens never expire)."""
+    def exits(self, at: Optional[float] = None) -> List[Exit]:
+        """The slots as exits at Unix time ``at`` (default: now); on their own they never rotate."""
+    @staticmethod
+    def presets() -> List[GatewayPreset]: ...
+
 @final
 class Lease:
     """One lease of one exit, from ``pool.lease(...)`` (a sync and async context manager,
@@ -249,7 +329,7 @@ class Pool:
 
     def __new__(
         cls,
-        exits: Iterable[Exit],
+        exits: Iterable[Union[Exit, Gateway]],
         *,
         strategy: Strategy = "weighted",
         replicas: Optional[int] = None,
@@ -326,7 +406,8 @@ class Pool:
     def unbench(self, exit_id: str) -> None: ...
     def end_session(self, key: str) -> bool: ...
     def set_capacity(self, exit_id: str, capacity: int) -> None: ...
-    def add(self, exit: Exit) -> None: ...
+    def add(self, exit: Union[Exit, Gateway]) -> None:
+        """Adds an exit, or a gateway's slots (all or none)."""
     def remove(self, exit_id: str) -> Exit: ...
     def subset(self, **tags: str) -> Pool:
         """A view over the exits whose tags match, sharing all state with this pool."""
@@ -368,7 +449,9 @@ class Pool:
         ones, and exits in service idle for ``idle`` seconds."""
     def record_probe(self, exit_id: str, ok: bool, *, observed_ip: Optional[str] = None, detail: str = "") -> bool:
         """Feed a probe's verdict into health (probes decide who comes back); returns whether
-        the observed IP differs from the exit's ``ip`` (drift: an event and a failure)."""
+        the observed IP differs from the exit's ``ip`` (drift: an event and a failure). A
+        gateway slot learns its IP per token: a new IP after a rotation is expected, a new one
+        within the same token is ``sticky_broken`` (an event and a failure; returns True)."""
     def recalibrate(self) -> List[Recalibration]:
         """Set capacities from 24 h of measurement (needs ``calibrate=True``)."""
     def __len__(self) -> int: ...

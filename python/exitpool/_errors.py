@@ -43,7 +43,10 @@ class NoExitAvailable(Error):
 class SessionExitLost(Error):
     """The key's live session is bound to an exit that can no longer serve it (removed,
     quarantined or dead). The key is never moved silently: end the session with
-    ``pool.end_session(key)`` (and, say, log the account in again); the next lease binds afresh."""
+    ``pool.end_session(key)`` (and, say, log the account in again); the next lease binds afresh.
+    When the exit is a gateway slot whose token rotated, the provider's session is over and
+    the pool has ended the key's session already: the next lease binds afresh, on the same
+    slot with its new token."""
 
     def __init__(self, message: str, key: str | None = None, exit_id: str | None = None) -> None:
         super().__init__(message)

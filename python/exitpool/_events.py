@@ -25,13 +25,19 @@ _WARNING_KINDS = frozenset(
         "store_unavailable",
         "gateway_down",
         "gateway_credentials_rejected",
+        "sticky_broken",
     }
 )
+
+#: Routine events a large gateway makes many of (one per slot per token lifetime).
+_DEBUG_KINDS = frozenset({"token_rotated"})
 
 
 def _level(event: Dict[str, Any]) -> int:
     if event["kind"] in _WARNING_KINDS or _ejected(event["to"]):
         return logging.WARNING
+    if event["kind"] in _DEBUG_KINDS:
+        return logging.DEBUG
     return logging.INFO
 
 

@@ -214,7 +214,7 @@ Event = TypedDict(
         # global_incident_opened, global_incident_closed, session_lost, lease_expired,
         # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
         # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted, gateway_down,
-        # gateway_up, gateway_credentials_rejected
+        # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken
         "kind": str,
         "exit_id": Optional[str],
         "site": Optional[str],

@@ -15,7 +15,8 @@ impl State {
     /// more session). The live leases tell that in one pass when room is needed, so the lease
     /// path itself keeps no count.
     pub(super) fn bind_session(&mut self, key: &str, h: u32, expires: f64, now: f64) {
-        if !self.sessions.bind(key, h, expires) {
+        let generation = self.exits[h as usize].generation as u32;
+        if !self.sessions.bind(key, h, generation, expires) {
             return;
         }
         let ttl = self.cfg.session_ttl;

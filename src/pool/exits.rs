@@ -47,6 +47,8 @@ impl Pool {
 
     pub fn add(&self, exit: Exit) -> Result<()> {
         crate::exit::validate_capacity(exit.capacity.into())?;
+        // An exit taken from a gateway elsewhere is a plain exit here: its token stays.
+        let exit = Exit { gateway: None, ..exit };
         let mut st = self.state.lock();
         if st.by_id.get(&exit.id).is_none_or(|&h| st.exits[h as usize].removed) {
             st.check_room(&exit)?;
@@ -57,7 +59,7 @@ impl Pool {
                 // The same id again: the same slot, so its history and pairings carry over;
                 // its health starts afresh.
                 let slot = &mut st.exits[h as usize];
-                slot.set_exit(exit);
+                slot.rejoin(exit);
                 slot.removed = false;
                 slot.benched = false;
                 let now = self.clock.now();
@@ -109,16 +111,83 @@ impl Pool {
         Ok(())
     }
 
+    /// Adds a gateway's slots as exits, all or none: refused if any slot's id is taken.
+    pub fn add_gateway(&self, gateway: crate::gateway::Gateway) -> Result<()> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        for slot in 0..gateway.slots {
+            let id = gateway.slot_id(slot);
+            if st.handle(&id).is_ok() {
+                return Err(Error::DuplicateExit(id));
+            }
+        }
+        // Room for all the slots' points at once: their ids are new, so a probe id stands in.
+        let index = st.gateways.len() as u32;
+        let whole = Exit { capacity: gateway.capacity.saturating_mul(gateway.slots), ..gateway.slot_exit(0, 0, index) };
+        st.check_room(&whole)?;
+        let unix = now + st.unix_offset;
+        let mut handles = Vec::with_capacity(gateway.slots as usize);
+        for slot in 0..gateway.slots {
+            let generation = gateway.generation(slot, unix);
+            let rotates_at = gateway.rotates_at(slot, generation) - st.unix_offset;
+            let fresh = ExitSlot::for_gateway(gateway.slot_exit(slot, generation, index), generation, rotates_at);
+            let h = match st.by_id.get(&fresh.exit.id).copied() {
+                // A removed exit's id: its slot, history and pairings carry over, health afresh.
+                Some(h) => {
+                    let old = &mut st.exits[h as usize];
+                    old.rejoin((*fresh.exit).clone());
+                    (old.generation, old.rotates_at) = (generation, rotates_at);
+                    old.removed = false;
+                    old.benched = false;
+                    st.board.forget(h, now);
+                    h
+                }
+                None => {
+                    let h = st.exits.len() as u32;
+                    st.board.ensure_exit(h, now);
+                    st.by_id.insert(fresh.exit.id.clone(), h);
+                    st.exits.push(fresh);
+                    h
+                }
+            };
+            handles.push(h);
+        }
+        st.gateways.push(Arc::new(gateway));
+        st.gateway_joined(index, &handles, now);
+        handles.iter().try_for_each(|&h| st.join_views(h))
+    }
+
     pub fn exit(&self, exit_id: &str) -> Result<Arc<Exit>> {
-        let st = self.state.lock();
+        let now = self.clock.now();
+        let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
+        st.refresh(h, now);
         Ok(st.exits[h as usize].exit.clone())
     }
 
-    /// Exits of a view that are in service, in handle order.
+    /// Exits of a view that are in service, in handle order, gateway slots with their
+    /// current token.
     pub fn members(&self, view: u32) -> Vec<Arc<Exit>> {
-        let st = self.state.lock();
-        st.views[view as usize].members.iter().map(|&h| st.exits[h as usize].exit.clone()).collect()
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let members = st.views[view as usize].members.clone();
+        members
+            .iter()
+            .map(|&h| {
+                st.refresh(h, now);
+                st.exits[h as usize].exit.clone()
+            })
+            .collect()
+    }
+
+    /// A gateway slot's token generation now (`None` for a plain exit).
+    pub fn generation(&self, exit_id: &str) -> Result<Option<u64>> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let h = st.handle(exit_id)?;
+        st.refresh(h, now);
+        let slot = &st.exits[h as usize];
+        Ok(slot.exit.gateway.map(|_| slot.generation))
     }
 
     /// The exits a probe loop should check now: quarantined ones whose backoff is over (now
@@ -127,7 +196,17 @@ impl Pool {
         let now = self.clock.now();
         let mut st = self.state.lock();
         st.board.poll(now);
-        let st = &*st;
+        let due = Self::due(&st, idle, now);
+        // A probe goes through a slot's current token, whose IP is the one to learn.
+        due.iter()
+            .map(|&h| {
+                st.refresh(h, now);
+                st.exits[h as usize].exit.clone()
+            })
+            .collect()
+    }
+
+    fn due(st: &super::State, idle: f64, now: f64) -> Vec<u32> {
         st.views[0]
             .members
             .iter()
@@ -140,18 +219,44 @@ impl Pool {
                     Health::Healthy | Health::Degraded => now - st.exits[h as usize].last_lease >= idle,
                 }
             })
-            .map(|&h| st.exits[h as usize].exit.clone())
+            .copied()
             .collect()
     }
 
     /// Feeds an active probe's verdict into the exit's tunnel health. `observed_ip` that
     /// differs from the exit's `ip` means its token now lands elsewhere: that is an event and
-    /// a failure, since an account leased there would present a new address.
+    /// a failure, since an account leased there would present a new address. A gateway slot
+    /// has no fixed `ip`: the first IP seen through its current token is learned, a new one
+    /// after a rotation is expected, and a different one within the same token is the
+    /// provider breaking stickiness (an event, a failed probe, and the new IP learned, so
+    /// one break counts once). True when the address was not the one expected.
     pub fn record_probe(&self, exit_id: &str, ok: bool, observed_ip: Option<std::net::IpAddr>, detail: &str) -> Result<bool> {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
-        let expected = st.exits[h as usize].exit.ip;
+        st.refresh(h, now);
+        let slot = &mut st.exits[h as usize];
+        let mut broken = false;
+        let expected = if slot.exit.gateway.is_some() {
+            let learned = slot.learned_ip;
+            if let Some(o) = observed_ip {
+                broken = learned.is_some_and(|l| l != o);
+                slot.learned_ip = Some(o);
+            }
+            if broken {
+                let msg = format!(
+                    "probe saw {} where {} was seen before through the same token (generation {}): \
+                     the provider did not hold this session's exit",
+                    observed_ip.map(|i| i.to_string()).unwrap_or_default(),
+                    learned.map(|i| i.to_string()).unwrap_or_default(),
+                    slot.generation
+                );
+                st.board.events.push(now, EventKind::StickyBroken, Some(h), None, msg);
+            }
+            None
+        } else {
+            slot.exit.ip
+        };
         let drifted = matches!((expected, observed_ip), (Some(e), Some(o)) if e != o);
         if drifted {
             st.board.events.push(
@@ -173,15 +278,15 @@ impl Pool {
         let jitter = st.rng.random::<f64>();
         let verdict = match (ok, drifted) {
             (_, true) => Probe::Drifted,
-            (true, false) => Probe::Ok,
-            (false, false) => Probe::Failed,
+            (true, false) if !broken => Probe::Ok,
+            _ => Probe::Failed,
         };
         st.board.probe(h, verdict, in_service, now, jitter);
         drop(st);
         if let Some(fl) = &self.fleet {
             self.publish_verdicts(fl, now);
         }
-        Ok(drifted)
+        Ok(drifted || broken)
     }
 
     /// An exit's health: for a site, the worse of its tunnel's state and its state there.
@@ -218,12 +323,18 @@ impl Pool {
         Ok(shown_state(health, cooling))
     }
 
-    /// Puts an exit back in service everywhere (healthy), whatever its state.
+    /// Puts an exit back in service everywhere (healthy), whatever its state; a gateway
+    /// slot's gateway too.
     pub fn revive(&self, exit_id: &str) -> Result<()> {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         st.board.revive(h, now);
+        // A gateway slot that works again says its gateway does too.
+        let group = st.board.group_of(h);
+        if group != 0 {
+            st.board.revive_group(group, now);
+        }
         drop(st);
         if let Some(fl) = &self.fleet {
             self.publish_verdicts(fl, now);

@@ -148,6 +148,8 @@ impl Pool {
                     return Some(match adopted {
                         Ok((h, choice)) => {
                             let choice = if session { Choice::Session } else { choice };
+                            // The lease, and a new session, get the slot's token current now.
+                            st.refresh(h, now);
                             if let Some(key) = key {
                                 if st.sessions.live(key, now).is_some_and(|s| s.exit != h) {
                                     // Another worker bound this key meanwhile: the fleet's binding wins.
@@ -343,7 +345,8 @@ impl State {
         };
         match key {
             None => Ok((h, choice)),
-            Some(key) => Ok((self.session_exit(view, key, h, site, now)?, Choice::Session)),
+            // The store keeps no token generation (yet): a rotation is not checked here.
+            Some(key) => Ok((self.session_exit(view, key, h, None, site, now)?, Choice::Session)),
         }
     }
 }

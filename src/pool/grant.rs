@@ -28,6 +28,9 @@ pub enum Refusal {
 pub(super) const LRU_COOLDOWN: &str = "every exit used this site within the lru cooldown";
 pub(super) const RATE_LIMITED_ONE: &str = "the session's exit was rate-limited by this site (429)";
 pub(super) const RATE_LIMITED_ALL: &str = "every exit that could serve was rate-limited by this site (429)";
+/// Why a session ended when its gateway slot's token rotated under it: the provider's
+/// session is over, so the pool's is too (the key's next lease binds afresh).
+pub const TOKEN_ROTATED: &str = "its gateway session expired (token rotated)";
 pub(super) const INCIDENT: &str = "this site has an open incident, so its leases are spaced out";
 
 /// How a lease's exit was chosen.

@@ -32,13 +32,14 @@ pub use config::{check_max_keys, check_max_leases, Config, DEFAULT_MAX_KEYS};
 pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
-pub use grant::{Choice, Counts, Grant, Refusal};
+pub use grant::{Choice, Counts, Grant, Refusal, TOKEN_ROTATED};
 pub use snapshot::{Cell, EventRecord, ExitRecord, GroupFigures, PoolFigures, Selection, SiteRecord, Snapshot, COOLING};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::fork::{Condvar, Mutex};
+use crate::gateway::Gateway;
 use crate::health::HealthBoard;
 use crate::lease::{LeaseId, Leases};
 use crate::metrics::Waits;
@@ -55,6 +56,48 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// What a pool is made of: exits, and gateways that expand into exits.
+#[derive(Debug, Clone)]
+pub enum Member {
+    Exit(Exit),
+    Gateway(Gateway),
+}
+
+impl From<Exit> for Member {
+    fn from(e: Exit) -> Member {
+        Member::Exit(e)
+    }
+}
+
+impl From<Gateway> for Member {
+    fn from(g: Gateway) -> Member {
+        Member::Gateway(g)
+    }
+}
+
+/// The pool's exit slots from its members, in order, and its gateways: each gateway's slots
+/// in the token generation of `born` (pool clock; Unix time is `born + unix_offset`).
+fn expand(members: Vec<Member>, born: f64, unix_offset: f64) -> (Vec<ExitSlot>, Vec<Arc<Gateway>>) {
+    let mut slots = Vec::with_capacity(members.len());
+    let mut gateways = Vec::new();
+    for m in members {
+        match m {
+            Member::Exit(e) => slots.push(ExitSlot::new(Exit { gateway: None, ..e })),
+            Member::Gateway(g) => {
+                let index = gateways.len() as u32;
+                let unix = born + unix_offset;
+                for slot in 0..g.slots {
+                    let generation = g.generation(slot, unix);
+                    let rotates_at = g.rotates_at(slot, generation) - unix_offset;
+                    slots.push(ExitSlot::for_gateway(g.slot_exit(slot, generation, index), generation, rotates_at));
+                }
+                gateways.push(Arc::new(g));
+            }
+        }
+    }
+    (slots, gateways)
+}
+
 pub struct Pool {
     state: Mutex<State>,
     freed: Condvar,
@@ -65,20 +108,28 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(exits: Vec<Exit>, cfg: Config, clock: Arc<dyn Clock>) -> Result<Pool> {
+        Pool::of(exits.into_iter().map(Member::Exit).collect(), cfg, clock)
+    }
+
+    /// A pool of exits and gateways, in any order: each gateway's slots are exits
+    /// `"{gateway_id}-{n}"` here, with the token of their generation now. An id given twice,
+    /// across exits and slots alike, is refused.
+    pub fn of(members: Vec<Member>, cfg: Config, clock: Arc<dyn Clock>) -> Result<Pool> {
         cfg.validate()?;
-        if exits.is_empty() {
+        if members.is_empty() {
             return Err(Error::BadInput("a pool needs at least one exit".into()));
         }
-        let mut by_id = HashMap::with_capacity(exits.len());
-        for (i, e) in exits.iter().enumerate() {
-            crate::exit::validate_capacity(e.capacity.into())?;
-            if by_id.insert(e.id.clone(), i as u32).is_some() {
-                return Err(Error::DuplicateExit(e.id.clone()));
+        let born = clock.now();
+        let unix_offset = clock.unix_offset();
+        let (slots, gateways) = expand(members, born, unix_offset);
+        let mut by_id = HashMap::with_capacity(slots.len());
+        for (i, s) in slots.iter().enumerate() {
+            crate::exit::validate_capacity(s.exit.capacity.into())?;
+            if by_id.insert(s.exit.id.clone(), i as u32).is_some() {
+                return Err(Error::DuplicateExit(s.exit.id.clone()));
             }
         }
-        let slots: Vec<ExitSlot> = exits.into_iter().map(ExitSlot::new).collect();
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
-        let born = clock.now();
         let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
         let (sessions, pairings) = (Sessions::bounded(cfg.max_sessions), Pairings::bounded(cfg.max_pairings));
         let mut state = State {
@@ -102,7 +153,19 @@ impl Pool {
             waits: Waits::default(),
             rate_prev: (born, 0),
             rate_mark: (born, 0),
+            gateways,
+            unix_offset,
         };
+        // One pass over the exits, not one per gateway.
+        let mut slots_of: Vec<Vec<u32>> = vec![Vec::new(); state.gateways.len()];
+        for (h, slot) in state.exits.iter().enumerate() {
+            if let Some(link) = slot.exit.gateway {
+                slots_of[link.gateway as usize].push(h as u32);
+            }
+        }
+        for (g, handles) in slots_of.iter().enumerate() {
+            state.gateway_joined(g as u32, handles, born);
+        }
         state.view(Vec::new())?;
         let events_published = state.board.events.published();
         Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, fleet: None })
@@ -111,7 +174,12 @@ impl Pool {
     /// A pool that shares leases, sessions, pairings, health verdicts and counters with every
     /// pool on the same store.
     pub fn with_store(exits: Vec<Exit>, cfg: Config, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Result<Pool> {
-        let mut pool = Pool::new(exits, cfg, clock)?;
+        Pool::of_with_store(exits.into_iter().map(Member::Exit).collect(), cfg, clock, store)
+    }
+
+    /// [`Pool::of`] sharing its state through a store, as [`Pool::with_store`].
+    pub fn of_with_store(members: Vec<Member>, cfg: Config, clock: Arc<dyn Clock>, store: Arc<dyn Store>) -> Result<Pool> {
+        let mut pool = Pool::of(members, cfg, clock)?;
         let now = pool.clock.now();
         let origin = {
             let mut st = pool.state.lock();
@@ -381,10 +449,11 @@ impl Pool {
             }
         }
         let mut st = self.state.lock();
-        if let Some(s) = st.sessions.live(key, now) {
-            return Ok(st.exits[s.exit as usize].exit.clone());
-        }
-        let h = st.ring_pick(view, key, 0, now)?.0;
+        let h = match st.sessions.live(key, now) {
+            Some(s) => s.exit,
+            None => st.ring_pick(view, key, 0, now)?.0,
+        };
+        st.refresh(h, now);
         Ok(st.exits[h as usize].exit.clone())
     }
 

@@ -2,12 +2,13 @@
 //! health, and the decisions made over them (which exit, or why none).
 
 use super::calibrate::identity_of;
-use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE};
+use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE, TOKEN_ROTATED};
 use super::members::{Avoiding, ViewMembers};
 use super::{Choice, Config, Counts, Grant, Refusal};
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
+use crate::gateway::Gateway;
 use crate::health::{Admit, HealthBoard, State as Health};
 use crate::lease::{LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
@@ -33,6 +34,13 @@ pub(super) struct ExitSlot {
     pub(super) benched: bool,
     pub(super) removed: bool,
     pub(super) tally: Tally,
+    /// Pool-clock time the exit's token rotates: `inf` for a plain exit, so the check a lease
+    /// makes ([`State::refresh`]) is one comparison that never passes.
+    pub(super) rotates_at: f64,
+    /// A gateway slot's token generation (0 for a plain exit).
+    pub(super) generation: u64,
+    /// The IP a probe saw through the current token: the one later probes expect.
+    pub(super) learned_ip: Option<std::net::IpAddr>,
 }
 
 impl ExitSlot {
@@ -47,7 +55,23 @@ impl ExitSlot {
             benched: false,
             removed: false,
             tally: Tally::default(),
+            rotates_at: f64::INFINITY,
+            generation: 0,
+            learned_ip: None,
         }
+    }
+
+    /// A slot for a gateway slot's exit in generation `generation`, due to rotate at `rotates_at`.
+    pub(super) fn for_gateway(exit: Exit, generation: u64, rotates_at: f64) -> ExitSlot {
+        ExitSlot { generation, rotates_at, ..ExitSlot::new(exit) }
+    }
+
+    /// Puts a plain exit where a removed one was: no token, nothing learned.
+    pub(super) fn rejoin(&mut self, exit: Exit) {
+        self.set_exit(exit);
+        self.rotates_at = f64::INFINITY;
+        self.generation = 0;
+        self.learned_ip = None;
     }
 
     pub(super) fn set_exit(&mut self, exit: Exit) {
@@ -151,9 +175,65 @@ pub(super) struct State {
     pub(super) waits: Waits,
     pub(super) rate_prev: (f64, u64),
     pub(super) rate_mark: (f64, u64),
+    /// The gateways whose slots are exits here, by the index their exits' links carry.
+    pub(super) gateways: Vec<Arc<Gateway>>,
+    /// Unix time = pool clock + this (the clock's own offset, read at birth).
+    pub(super) unix_offset: f64,
 }
 
 impl State {
+    /// Moves exit `h` to its current token if its token's time is up. One comparison for a
+    /// plain exit (whose `rotates_at` is infinite) or a slot whose token is still current.
+    #[inline]
+    pub(super) fn refresh(&mut self, h: u32, now: f64) {
+        if now >= self.exits[h as usize].rotates_at {
+            self.rotate(h, now);
+        }
+    }
+
+    /// Replaces a gateway slot's exit by one carrying the token of its generation now (a new
+    /// `Arc<Exit>`; leases out keep the old one), forgets the IP learned for the old token,
+    /// and says so. The event names no token: in some formats the token is in the password.
+    #[cold]
+    #[inline(never)]
+    fn rotate(&mut self, h: u32, now: f64) {
+        let slot = &mut self.exits[h as usize];
+        let Some(link) = slot.exit.gateway else {
+            slot.rotates_at = f64::INFINITY;
+            return;
+        };
+        let gw = &self.gateways[link.gateway as usize];
+        let unix = now + self.unix_offset;
+        let (old, generation) = (slot.generation, gw.generation(link.slot, unix));
+        let mut exit = gw.slot_exit(link.slot, generation, link.gateway);
+        // What the pool changed about the exit since it was made (its measured capacity) stays.
+        exit.capacity = slot.exit.capacity;
+        slot.set_exit(exit);
+        slot.generation = generation;
+        slot.rotates_at = gw.rotates_at(link.slot, generation) - self.unix_offset;
+        slot.learned_ip = None;
+        let msg = format!(
+            "gateway {:?} slot {}: token generation {old} -> {generation} (lifetime {} s less margin {} s); \
+             sessions bound to the old token end at their next lease; the next rotation is in {:.0} s",
+            gw.id,
+            link.slot,
+            gw.lifetime.unwrap_or(f64::INFINITY),
+            gw.margin,
+            slot.rotates_at - now
+        );
+        self.board.events.push(now, EventKind::TokenRotated, Some(h), None, msg);
+    }
+
+    /// Gateway `gateway`'s slots (handles `slots`) joined the pool: the one place they are
+    /// grouped, so that health judges the gateway as a whole (one breaker takes all its slots
+    /// out, one trial or probe brings them back).
+    pub(super) fn gateway_joined(&mut self, gateway: u32, slots: &[u32], now: f64) {
+        let group = self.board.add_group(&self.gateways[gateway as usize].id, now);
+        for &h in slots {
+            self.board.set_group(h, group);
+        }
+    }
+
     pub(super) fn site_tally(&mut self, site: u32, h: u32) -> &mut Tally {
         if self.site_tallies.len() <= site as usize {
             self.site_tallies.resize_with(site as usize + 1, Vec::new);
@@ -438,8 +518,13 @@ impl State {
                     self.prefetch(s.exit, site);
                 }
                 let (h, choice) = match live {
-                    Some(s) => (self.session_exit(view, key, s.exit, site, now)?, Choice::Session),
-                    None => self.ring_pick(view, key, site, now)?,
+                    Some(s) => (self.session_exit(view, key, s.exit, Some(s.generation), site, now)?, Choice::Session),
+                    None => {
+                        let (h, choice) = self.ring_pick(view, key, site, now)?;
+                        // A new session binds in the slot's token current now.
+                        self.refresh(h, now);
+                        (h, choice)
+                    }
                 };
                 if self.exits[h as usize].active >= max_leases {
                     return Err(Refusal::Full);
@@ -480,15 +565,33 @@ impl State {
                         }
                     }
                 }
+                // The lease gets the slot's token current now.
+                self.refresh(h, now);
                 Ok((h, Choice::Strategy(strategy)))
             }
         }
     }
 
     /// A live session's exit, if it can serve: a session never moves, so an exit that cannot
-    /// is reported (`SessionExitLost`), never silently replaced.
-    pub(super) fn session_exit(&mut self, view: u32, key: &str, h: u32, site: u32, now: f64) -> std::result::Result<u32, Refusal> {
+    /// is reported (`SessionExitLost`), never silently replaced. `generation` is the token
+    /// generation the session was bound in (`None`: not known here, as for a session another
+    /// worker of a fleet bound): a session whose gateway token rotated since has ended with
+    /// the provider's session, so it ends here too, and the key's next lease binds afresh
+    /// (unless its gateway rebinds quietly).
+    pub(super) fn session_exit(
+        &mut self,
+        view: u32,
+        key: &str,
+        h: u32,
+        generation: Option<u32>,
+        site: u32,
+        now: f64,
+    ) -> std::result::Result<u32, Refusal> {
         let slot = &self.exits[h as usize];
+        // On the way: one comparison for the token's time, one for the session's generation.
+        if now >= slot.rotates_at || generation.is_some_and(|g| g != slot.generation as u32) {
+            return self.stale_session(view, key, h, generation, site, now);
+        }
         let why = if slot.removed {
             Some("its exit was removed from the pool")
         } else if view != 0 && !self.views[view as usize].matches(&slot.exit) {
@@ -513,6 +616,49 @@ impl State {
             // Probing with every trial out: wait for one to come back.
             Admit::No(_) => Err(Refusal::Full),
         }
+    }
+
+    /// [`State::session_exit`] when the slot's token is due or the session's generation is
+    /// not the slot's: the token moves on; a session whose token is gone ends (the provider's
+    /// session is over) and says so; one that rebinds quietly, or whose generation is not
+    /// known here, carries on as usual.
+    #[cold]
+    #[inline(never)]
+    fn stale_session(
+        &mut self,
+        view: u32,
+        key: &str,
+        h: u32,
+        generation: Option<u32>,
+        site: u32,
+        now: f64,
+    ) -> std::result::Result<u32, Refusal> {
+        if !self.token_gone(key, h, generation, now) {
+            return self.session_exit(view, key, h, None, site, now);
+        }
+        self.sessions.end(key);
+        let exit_id = self.exits[h as usize].exit.id.clone();
+        let msg =
+            format!("session of key {key:?}: {TOKEN_ROTATED}; it ended, and the key's next lease binds afresh on the slot's new token");
+        self.board.events.push(now, EventKind::SessionLost, Some(h), (site != 0).then_some(site), msg);
+        Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why: TOKEN_ROTATED })
+    }
+
+    /// Moves exit `h` to its current token, and says whether `key`'s session, bound in
+    /// `generation`, has lost its token with it; if its gateway rebinds quietly, the session
+    /// moves to the new generation instead. Off the lease path.
+    #[cold]
+    #[inline(never)]
+    fn token_gone(&mut self, key: &str, h: u32, generation: Option<u32>, now: f64) -> bool {
+        self.refresh(h, now);
+        let slot = &self.exits[h as usize];
+        let moved = generation.is_some_and(|g| g != slot.generation as u32);
+        if moved && slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind) {
+            // Rebinding quietly: the session carries on in the slot's new token.
+            self.sessions.regenerate(key, slot.generation as u32);
+            return false;
+        }
+        moved
     }
 
     /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids

@@ -56,7 +56,15 @@ pub fn refusal_to_py(py: Python<'_>, r: Refusal, what: &str, timeout: Option<f64
         Refusal::SessionExitLost { key, exit_id, why } => session_exit_lost_class(py).map(|c| {
             PyErr::from_type(
                 c.clone(),
-                (format!("session of key {key:?} is bound to exit {exit_id:?}, but {why}; end it with end_session(key)"), key, exit_id),
+                (
+                    if why == crate::pool::TOKEN_ROTATED {
+                        format!("session of key {key:?} on exit {exit_id:?} has ended: {why}; the key's next lease binds afresh")
+                    } else {
+                        format!("session of key {key:?} is bound to exit {exit_id:?}, but {why}; end it with end_session(key)")
+                    },
+                    key,
+                    exit_id,
+                ),
             )
         }),
     };

@@ -104,7 +104,7 @@ pub fn judged_int<T>(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str, check
     })
 }
 
-fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+pub(super) fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
     let Some(tags) = tags else { return Ok(Vec::new()) };
     let mut out = Vec::with_capacity(tags.len());
     for (k, v) in tags.iter() {
@@ -114,6 +114,15 @@ fn extract_tags(py: Python<'_>, tags: Option<&Bound<'_, PyDict>>) -> PyResult<Ve
         out.push((text(k, "a tag name")?.into_owned(), text(v, "a tag value")?.into_owned()));
     }
     Ok(out)
+}
+
+/// Tags as a new dict (a copy: exits and gateways are immutable).
+pub(super) fn tags_dict<'py>(py: Python<'py>, tags: &[(String, String)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in tags {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
 }
 
 impl PyExit {
@@ -181,11 +190,7 @@ impl PyExit {
     }
     #[getter]
     fn tags<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in &self.inner.tags {
-            d.set_item(k, v)?;
-        }
-        Ok(d)
+        tags_dict(py, &self.inner.tags)
     }
     #[getter]
     fn scheme(&self) -> &'static str {

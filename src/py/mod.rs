@@ -12,6 +12,7 @@ mod config;
 mod errors;
 mod events;
 mod exit;
+mod gateway;
 mod lease;
 mod pool;
 mod ring;
@@ -29,6 +30,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BLOCK_STATUSES", pyo3::types::PyFrozenSet::new(m.py(), crate::outcome::BLOCK_STATUSES)?)?;
     rules::register(m)?;
     m.add_class::<exit::PyExit>()?;
+    m.add_class::<gateway::PyGateway>()?;
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;
     m.add_class::<pool::PyPool>()?;

@@ -6,13 +6,13 @@ use super::config::{extract_health, extract_warmup};
 use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
+use super::gateway::PyGateway;
 use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease};
 use super::ring::extract_replicas;
 use super::snapshot;
 use super::text::{any_text, opt_text, text, with_key};
 use crate::clock::{Clock, SystemClock};
-use crate::exit::Exit;
-use crate::pool::{Config, Pool};
+use crate::pool::{Config, Member, Pool};
 use crate::select::Strategy;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -89,17 +89,21 @@ impl std::ops::Deref for PyPool {
     }
 }
 
-fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Exit>> {
+fn extract_exits(py: Python<'_>, exits: &Bound<'_, PyAny>) -> PyResult<Vec<Member>> {
     let mut out = Vec::new();
     for item in exits.try_iter()? {
         let item = item?;
+        if let Ok(gateway) = item.cast::<PyGateway>() {
+            out.push(Member::Gateway((*gateway.get().inner).clone()));
+            continue;
+        }
         let exit = item.cast::<PyExit>().map_err(|_| {
             invalid_input(
                 py,
-                format!("a Pool holds Exit objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+                format!("a Pool holds Exit and Gateway objects, got {}", item.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
             )
         })?;
-        out.push((*exit.get().inner).clone());
+        out.push(Member::Exit((*exit.get().inner).clone()));
     }
     Ok(out)
 }
@@ -213,8 +217,8 @@ impl PyPool {
         };
         let core = py
             .detach(move || match store {
-                None => Pool::new(exits, cfg, clock),
-                Some(store) => Pool::with_store(exits, cfg, clock, store),
+                None => Pool::of(exits, cfg, clock),
+                Some(store) => Pool::of_with_store(exits, cfg, clock, store),
             })
             .py_err(py)?;
         Ok(PyPool::new_view(core.into_arc(), 0, "the pool".into(), Arc::default()))
@@ -332,8 +336,18 @@ impl PyPool {
         self.core.set_capacity(&exit_id, c).py_err(py)
     }
 
-    /// Adds an exit; only keys in its new arcs move to it (when their sessions end).
-    fn add(&self, py: Python<'_>, exit: &Bound<'_, PyExit>) -> PyResult<()> {
+    /// Adds an exit, or a gateway's slots (all or none); only keys in their new arcs move
+    /// to them (when their sessions end).
+    fn add(&self, py: Python<'_>, exit: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Ok(g) = exit.cast::<PyGateway>() {
+            return self.core.add_gateway((*g.get().inner).clone()).py_err(py);
+        }
+        let exit = exit.cast::<PyExit>().map_err(|_| {
+            invalid_input(
+                py,
+                format!("add takes an Exit or a Gateway, got {}", exit.get_type().name().map(|n| n.to_string()).unwrap_or_default()),
+            )
+        })?;
         self.core.add((*exit.get().inner).clone()).py_err(py)
     }
 
