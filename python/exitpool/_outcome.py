@@ -7,8 +7,9 @@ Twisted on its own."""
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Tuple, Type
+from typing import Optional, Tuple, Type
 
 # (module, class, kind), checked in order. The kinds are the core's error names ('proxy' is
 # counted as 'connect', and tells a proxy's refusal apart where a caller shows it). Timeouts
@@ -70,3 +71,27 @@ def _classify(exc: BaseException) -> str:
         if isinstance(exc, _loaded(module, name)):
             return kind
     return "other"
+
+
+# A proxy's answer to CONNECT, as the clients spell it in their errors: http.client's "Tunnel
+# connection failed: 407 Proxy Authentication Required" (requests, urllib3), httpx's "407 Proxy
+# Authentication Required", Scrapy's "{'status': 407, ...}".
+_PROXY_STATUS = re.compile(r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b")
+
+
+def _proxy_status(exc: BaseException) -> Optional[int]:
+    """The status a proxy answered a failed tunnel with, if the exception carries one: aiohttp
+    keeps it as ``status``; requests, urllib3, httpx and Scrapy only in their message."""
+    if isinstance(exc, _loaded("aiohttp", "ClientHttpProxyError")):
+        status = getattr(exc, "status", None)
+        return status if isinstance(status, int) and 100 <= status <= 599 else None
+    m = _PROXY_STATUS.search(str(exc))
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def _classify_failure(exc: BaseException) -> Tuple[str, Optional[int]]:
+    """The class of an exception that ended a request and, for a proxy's refusal, the status
+    the proxy answered: a 407 to CONNECT is the gateway refusing its credentials, which the
+    pool's health must see as such (``status=407, error="connect"``), not as a broken tunnel."""
+    kind = _classify(exc)
+    return kind, _proxy_status(exc) if kind in ("proxy", "connect") else None
