@@ -308,3 +308,71 @@ def test_the_testbed_gateways_sessions_end_after_their_lifetime():
             now[0] = 30.0  # the lifetime counted from the token's first use is over
             second = s.get(world.control_url, proxies=e.proxies, timeout=T).json()["ip"]
         assert second != first and gw.ip_of(token) == second
+
+
+# A gateway that drops connections without an answer: the clients' connect timeouts are tunnel
+# evidence (through a proxy, the client's only connect is to the proxy), so the gateway goes out
+# as a whole. A read timeout may be the site's slowness: it takes nothing out.
+def fail_three_slots(pool, request):
+    """Leases on distinct slots until three have failed (bounded); the exceptions seen."""
+    failed, errors = set(), []
+    for _ in range(10):
+        try:
+            with pool.lease(avoid=failed, timeout=0) as lease:
+                slot = lease.exit_id
+                request(lease)
+        except NoExitAvailable:
+            break
+        except Exception as e:  # noqa: BLE001 - the client's own error, classified by the lease
+            failed.add(slot)
+            errors.append(type(e).__name__)
+        if len(failed) == 3:
+            break
+    return failed, errors
+
+
+def test_connect_timeouts_from_several_slots_take_a_silent_gateway_out_httpx(tb):
+    pool = Pool([tb.gateway.gateway(slots=6)], clock=ManualClock(T0), seed=3)
+    tb.gateway.blackhole()
+
+    def request(lease):
+        with httpx.Client(proxy=lease.proxy, timeout=httpx.Timeout(T, connect=0.5)) as client:
+            client.get(tb.control_url)
+
+    failed, errors = fail_three_slots(pool, request)
+    assert len(failed) == 3 and set(errors) == {"ConnectTimeout"}
+    assert kinds(pool).count("gateway_down") == 1
+    assert set(slot_states(pool).values()) == {"quarantined"}
+    tb.gateway.revive()
+
+
+def test_connect_timeouts_from_several_slots_take_a_silent_gateway_out_aiohttp(tb):
+    pool = Pool([tb.gateway.gateway(slots=6)], clock=ManualClock(T0), seed=3)
+    tb.gateway.blackhole()
+
+    def request(lease):
+        async def go():
+            async with aiohttp.ClientSession(trust_env=False) as s:
+                async with s.get(tb.control_url, proxy=lease.proxy, timeout=aiohttp.ClientTimeout(total=T, sock_connect=0.5)):
+                    pass
+
+        tb.run(go())
+
+    failed, errors = fail_three_slots(pool, request)
+    assert len(failed) == 3 and set(errors) == {"ConnectionTimeoutError"}
+    assert kinds(pool).count("gateway_down") == 1
+    assert set(slot_states(pool).values()) == {"quarantined"}
+
+
+def test_read_timeouts_through_a_slow_gateway_take_nothing_out(tb):
+    pool = Pool([tb.gateway.gateway(slots=6)], clock=ManualClock(T0), seed=3)
+    tb.gateway.slow(1.0)
+
+    def request(lease):
+        with httpx.Client(proxy=lease.proxy, timeout=httpx.Timeout(0.2, connect=T)) as client:
+            client.get(tb.control_url)
+
+    failed, errors = fail_three_slots(pool, request)
+    assert len(failed) == 3 and set(errors) == {"ReadTimeout"}
+    assert "gateway_down" not in kinds(pool)
+    assert set(slot_states(pool).values()) == {"healthy"}

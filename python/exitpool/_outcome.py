@@ -12,11 +12,19 @@ import sys
 from typing import Optional, Tuple, Type
 
 # (module, class, kind), checked in order. The kinds are the core's error names ('proxy' is
-# counted as 'connect', and tells a proxy's refusal apart where a caller shows it). Timeouts
-# come first, because several libraries make their connect timeouts subclasses of their
-# connection errors (Twisted's TCPTimedOutError is also a ConnectError). Recent Scrapy wraps
+# counted as 'connect', and tells a proxy's refusal apart where a caller shows it). A connect
+# timeout comes first and is 'connect': through a proxy the client's only connect is to the
+# proxy, so it is evidence about the tunnel (a gateway that drops connections), never about
+# the site. Other timeouts come next, because several libraries make their timeouts subclasses
+# of their connection errors (aiohttp's SocketTimeoutError is a ClientConnectionError): a read
+# timeout may be the site's slowness and says nothing about the tunnel. Recent Scrapy wraps
 # Twisted's errors in its own classes; older versions raise Twisted's.
 _KINDS: Tuple[Tuple[str, str, str], ...] = (
+    ("requests.exceptions", "ConnectTimeout", "connect"),
+    ("urllib3.exceptions", "ConnectTimeoutError", "connect"),
+    ("httpx", "ConnectTimeout", "connect"),
+    ("aiohttp", "ConnectionTimeoutError", "connect"),  # aiohttp >= 3.10: the sock_connect timeout
+    ("twisted.internet.error", "TCPTimedOutError", "connect"),
     ("builtins", "TimeoutError", "timeout"),
     ("socket", "timeout", "timeout"),
     ("asyncio", "TimeoutError", "timeout"),
@@ -26,7 +34,6 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("urllib3.exceptions", "TimeoutError", "timeout"),
     ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
     ("twisted.internet.error", "TimeoutError", "timeout"),
-    ("twisted.internet.error", "TCPTimedOutError", "timeout"),
     # A request Scrapy dropped or cancelled says nothing about the exit.
     ("scrapy.exceptions", "IgnoreRequest", "other"),
     ("scrapy.exceptions", "DownloadCancelledError", "other"),

@@ -15,8 +15,8 @@
 - Provider gateways (:class:`ProviderGateway`, ``Testbed(gateways=[...])``): one port that
   reads a sticky-session token from the proxy user name (``{user}-session-{session}``), gives
   each token a source address of its own (``127.0.2.N``) for a lifetime, answers 407 for wrong
-  credentials, and can be killed, told to answer 502 "no exit available", or to break a
-  token's stickiness.
+  credentials, and can be killed, blackholed (connects time out), told to answer 502 "no exit
+  available", or to break a token's stickiness.
 - Control endpoints (:class:`Control`): ``GET /ip`` answers ``{"ip": "<client ip>"}``. They
   are separate servers from the site, so a site incident says nothing about them and one of
   them can be taken down on its own (quorum tests). The site answers ``/ip`` too, unguarded.

@@ -75,6 +75,7 @@ class ProviderGateway(Proxy):
     When every address is held, the answer is 502 "no exit available".
 
     Controls, callable from any thread: :meth:`kill` / :meth:`revive` (refuse connections),
+    :meth:`blackhole` (drop connection attempts unanswered: clients' connects time out),
     :meth:`unavailable` (answer 502 "no exit available" to every request),
     :meth:`break_sticky` (move a live token to another address before its lifetime ends),
     :meth:`expire` (end a token's session, or every one, now), :meth:`slow`, :meth:`flaky`.
