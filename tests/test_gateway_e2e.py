@@ -376,3 +376,17 @@ def test_read_timeouts_through_a_slow_gateway_take_nothing_out(tb):
     assert len(failed) == 3 and set(errors) == {"ReadTimeout"}
     assert "gateway_down" not in kinds(pool)
     assert set(slot_states(pool).values()) == {"healthy"}
+
+
+def test_the_testbed_gateway_reads_a_password_side_token_as_a_preset_writes_it():
+    # IPRoyal's form: the session rides in the password, the user name is the account's.
+    gw = ProviderGateway("ipr", username="{user}", password_template="{password}_session-{session}_lifetime-{lifetime}")
+    with Testbed(n_exits=1, gateways=[gw]) as world:
+        g = gw.gateway(slots=2, preset="iproyal", lifetime=3600)
+        exits = g.exits(at=T0)
+        assert exits[0].password.endswith("_lifetime-1h")
+        with requests.Session() as s:
+            ips = [s.get(world.control_url, proxies=e.proxies, timeout=T).json()["ip"] for e in exits]
+            assert ips == [gw.ip_of(g.token(n, at=T0)) for n in range(2)] and ips[0] != ips[1]
+            bad = exits[0].proxy.replace("_session-", "_sessionX-")
+            assert s.get(world.control_url, proxies={"http": bad}, timeout=T).status_code == 407
