@@ -146,3 +146,25 @@ fn a_gateway_added_later_joins_all_or_nothing() {
     assert_eq!(p.generation("mob-1").unwrap(), Some(gateway("mob", 2, Some(600.0), false).generation(1, T0)));
     assert_eq!(p.generation("resi-1").unwrap(), None);
 }
+
+#[test]
+fn a_probe_answered_407_takes_the_gateway_out_as_credentials_and_a_plain_exit_fails_it() {
+    let dc = Exit::new("dc-1", "http://10.0.0.7:3128", None, 1, vec![]).unwrap();
+    let (p, _) = pool(vec![gateway("resi", 4, Some(600.0), false).into(), dc.into()]);
+    assert!(!p.record_probe_status("resi-2", false, None, Some(407), "407 Proxy Authentication Required").unwrap());
+    let loud: Vec<_> = p.events(0).into_iter().filter(|e| e.kind == "gateway_credentials_rejected").collect();
+    assert_eq!(loud.len(), 1);
+    assert!(loud[0].message.contains("gateway resi") && !loud[0].message.contains("s3cret"), "{}", loud[0].message);
+    for n in 0..4 {
+        assert!(p.state(&format!("resi-{n}"), None).unwrap().is_ejected());
+    }
+    // No slot's own breaker counted it: one probe that gets through brings every slot back.
+    assert!(!p.events(0).iter().any(|e| e.kind == "state_changed"));
+    p.record_probe("resi-0", true, None, "").unwrap();
+    for n in 0..4 {
+        assert!(!p.state(&format!("resi-{n}"), None).unwrap().is_ejected());
+    }
+    // An exit of its own answered 407 by its proxy: a failed probe like any other.
+    p.record_probe_status("dc-1", false, None, Some(407), "407").unwrap();
+    assert_eq!(p.events(0).into_iter().filter(|e| e.kind == "gateway_credentials_rejected").count(), 1);
+}

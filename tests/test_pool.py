@@ -183,9 +183,10 @@ EXCEPTIONS = [
     (lambda: KeyError("x"), "other"),
     (lambda: RuntimeError("x"), "other"),
     (lambda: OSError("disk"), "other"),
-    # requests (timeouts first: ConnectTimeout is both a ConnectionError and a Timeout).
+    # requests. A connect timeout is the proxy's (through a proxy the client connects to it
+    # only): tunnel evidence, 'connect'. A read timeout may be the site's: 'timeout'.
     (lambda: requests.exceptions.Timeout(), "timeout"),
-    (lambda: requests.exceptions.ConnectTimeout(), "timeout"),
+    (lambda: requests.exceptions.ConnectTimeout(), "connect"),
     (lambda: requests.exceptions.ReadTimeout(), "timeout"),
     (lambda: requests.exceptions.ConnectionError(), "connect"),
     (lambda: requests.exceptions.ProxyError(), "connect"),
@@ -193,13 +194,13 @@ EXCEPTIONS = [
     (lambda: requests.exceptions.HTTPError(), "other"),
     (lambda: requests.exceptions.JSONDecodeError("x", "y", 0), "other"),
     # urllib3
-    (lambda: urllib3.exceptions.ConnectTimeoutError(), "timeout"),
+    (lambda: urllib3.exceptions.ConnectTimeoutError(), "connect"),
     (lambda: urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"), "timeout"),
     (lambda: urllib3.exceptions.ProxyError("proxy", OSError()), "connect"),
     (lambda: urllib3.exceptions.ProtocolError("aborted"), "connect"),
     # httpx
     (lambda: httpx.TimeoutException("t"), "timeout"),
-    (lambda: httpx.ConnectTimeout("t"), "timeout"),
+    (lambda: httpx.ConnectTimeout("t"), "connect"),
     (lambda: httpx.ReadTimeout("t"), "timeout"),
     (lambda: httpx.PoolTimeout("t"), "timeout"),
     (lambda: httpx.ConnectError("c"), "connect"),
@@ -210,6 +211,8 @@ EXCEPTIONS = [
     (lambda: httpx.InvalidURL("u"), "other"),
     # aiohttp
     (lambda: aiohttp.ServerTimeoutError("t"), "timeout"),
+    (lambda: aiohttp.SocketTimeoutError("t"), "timeout"),
+    (lambda: aiohttp.ConnectionTimeoutError("t"), "connect"),
     (lambda: aiohttp.ClientConnectionError("c"), "connect"),
     (lambda: aiohttp.ServerDisconnectedError(), "connect"),
     (lambda: aiohttp.ClientOSError(104, "reset"), "connect"),

@@ -13,6 +13,7 @@ import requests
 import scrapy.exceptions
 import twisted.internet.error
 import twisted.web._newclient
+import urllib3
 from scrapy.core.downloader.handlers.http11 import TunnelError
 
 from exitpool import Exit, ManualClock, Pool, _core, _outcome, probe
@@ -24,10 +25,11 @@ _KEY = aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None
 CASES = [
     (TimeoutError(), "timeout"),
     (asyncio.TimeoutError(), "timeout"),
-    (requests.exceptions.ConnectTimeout(), "timeout"),
-    (httpx.ConnectTimeout("t"), "timeout"),
+    (requests.exceptions.ConnectTimeout(), "connect"),
+    (httpx.ConnectTimeout("t"), "connect"),
     (aiohttp.ServerTimeoutError(), "timeout"),
-    (twisted.internet.error.TCPTimedOutError(), "timeout"),
+    (aiohttp.ConnectionTimeoutError(), "connect"),
+    (twisted.internet.error.TCPTimedOutError(), "connect"),
     (scrapy.exceptions.DownloadTimeoutError(), "timeout"),
     (ConnectionRefusedError(), "connect"),
     (socket.gaierror(), "connect"),
@@ -51,6 +53,41 @@ def test_a_lease_scrapy_and_the_probes_classify_an_exception_alike(exc, kind):
     assert _outcome._classify(exc) == kind
     assert ep_scrapy._classify(exc) == kind
     assert probe._classify(exc) == kind
+
+
+@pytest.mark.parametrize(
+    "exc, kind, status",
+    [
+        # A proxy's refusal of the tunnel, as each client spells its status.
+        (aiohttp.ClientHttpProxyError(None, (), status=407), "proxy", 407),
+        (httpx.ProxyError("407 Proxy Authentication Required"), "connect", 407),
+        (
+            requests.exceptions.ProxyError(
+                urllib3.exceptions.ProxyError(
+                    "Unable to connect to proxy", OSError("Tunnel connection failed: 407 Proxy Authentication Required")
+                )
+            ),
+            "connect",
+            407,
+        ),
+        (urllib3.exceptions.ProxyError("Unable to connect to proxy", OSError("Tunnel connection failed: 502 Bad Gateway")), "connect", 502),
+        (
+            TunnelError(
+                "Could not open CONNECT tunnel with proxy 127.0.0.1:9 [{'status': 407, 'reason': b'Proxy Authentication Required'}]"
+            ),
+            "proxy",
+            407,
+        ),
+        # No status: a refused connection, a read timeout, anything that is not the proxy's.
+        (ConnectionRefusedError(111, "Connection refused"), "connect", None),
+        (httpx.ProxyError("Connection reset"), "connect", None),
+        (requests.exceptions.ReadTimeout("Read timed out. 407 Proxy"), "timeout", None),
+        (ValueError("407 Proxy Authentication Required"), "other", None),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else None,
+)
+def test_a_proxys_status_is_read_from_the_exception_that_carries_it(exc, kind, status):
+    assert _outcome._classify_failure(exc) == (kind, status)
 
 
 def test_the_probes_own_class_is_only_for_an_answer_they_cannot_read():

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import scrapy
 from scrapy import Request
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import HtmlResponse
@@ -579,7 +580,7 @@ def loadable(cases):
         [
             ("scrapy.exceptions.DownloadTimeoutError", "timeout"),
             ("twisted.internet.error.TimeoutError", "timeout"),
-            ("twisted.internet.error.TCPTimedOutError", "timeout"),
+            ("twisted.internet.error.TCPTimedOutError", "connect"),
             ("scrapy.exceptions.DownloadConnectionRefusedError", "connect"),
             ("twisted.internet.error.ConnectionRefusedError", "connect"),
             ("twisted.internet.error.ConnectionLost", "connect"),
@@ -604,6 +605,22 @@ def test_download_errors_reach_the_exits_health_in_the_right_class(cls, kind):
     assert crawler.stats.get_value(f"exitpool/errors/{kind}") == 1
     # transport failures of a keyless request move it to another exit at once
     assert isinstance(got, Request) == (kind in ("timeout", "connect", "proxy"))
+
+
+def test_a_connect_tunnel_answered_407_is_the_gateways_credentials():
+    import exitpool
+
+    mw, crawler = middleware()
+    gw = exitpool.Gateway("gw", "http://customer:pw@127.0.0.1:9009", slots=3, username="{user}-session-{session}", lifetime=600)
+    mw.pool = Pool([gw], clock=ManualClock(1_700_000_000.0))
+    request = Request("https://shop.example/")
+    run(mw.process_request(request))
+    error = TunnelError(
+        "Could not open CONNECT tunnel with proxy 127.0.0.1:9009 [{'status': 407, 'reason': b'Proxy Authentication Required'}]"
+    )
+    mw.process_exception(request, error)
+    assert [e["kind"] for e in mw.pool.events()].count("gateway_credentials_rejected") == 1
+    assert {mw.pool.state(e.exit_id) for e in mw.pool.exits} == {"quarantined"}
 
 
 def test_captcha_pages_are_bans_reported_as_captchas():

@@ -447,11 +447,15 @@ class Pool:
     def probe_due(self, idle: float = 30.0) -> List[Exit]:
         """Exits a probe loop should check now: quarantined ones whose backoff is over, dead
         ones, and exits in service idle for ``idle`` seconds."""
-    def record_probe(self, exit_id: str, ok: bool, *, observed_ip: Optional[str] = None, detail: str = "") -> bool:
+    def record_probe(
+        self, exit_id: str, ok: bool, *, observed_ip: Optional[str] = None, detail: str = "", status: Optional[int] = None
+    ) -> bool:
         """Feed a probe's verdict into health (probes decide who comes back); returns whether
         the observed IP differs from the exit's ``ip`` (drift: an event and a failure). A
         gateway slot learns its IP per token: a new IP after a rotation is expected, a new one
-        within the same token is ``sticky_broken`` (an event and a failure; returns True)."""
+        within the same token is ``sticky_broken`` (an event and a failure; returns True).
+        ``status=407`` says the proxy refused the credentials (a gateway slot's gateway goes
+        out as a whole; no slot's breaker counts it)."""
     def recalibrate(self) -> List[Recalibration]:
         """Set capacities from 24 h of measurement (needs ``calibrate=True``)."""
     def __len__(self) -> int: ...

@@ -7,15 +7,24 @@ Twisted on its own."""
 
 from __future__ import annotations
 
+import re
 import sys
-from typing import Tuple, Type
+from typing import Optional, Tuple, Type
 
 # (module, class, kind), checked in order. The kinds are the core's error names ('proxy' is
-# counted as 'connect', and tells a proxy's refusal apart where a caller shows it). Timeouts
-# come first, because several libraries make their connect timeouts subclasses of their
-# connection errors (Twisted's TCPTimedOutError is also a ConnectError). Recent Scrapy wraps
+# counted as 'connect', and tells a proxy's refusal apart where a caller shows it). A connect
+# timeout comes first and is 'connect': through a proxy the client's only connect is to the
+# proxy, so it is evidence about the tunnel (a gateway that drops connections), never about
+# the site. Other timeouts come next, because several libraries make their timeouts subclasses
+# of their connection errors (aiohttp's SocketTimeoutError is a ClientConnectionError): a read
+# timeout may be the site's slowness and says nothing about the tunnel. Recent Scrapy wraps
 # Twisted's errors in its own classes; older versions raise Twisted's.
 _KINDS: Tuple[Tuple[str, str, str], ...] = (
+    ("requests.exceptions", "ConnectTimeout", "connect"),
+    ("urllib3.exceptions", "ConnectTimeoutError", "connect"),
+    ("httpx", "ConnectTimeout", "connect"),
+    ("aiohttp", "ConnectionTimeoutError", "connect"),  # aiohttp >= 3.10: the sock_connect timeout
+    ("twisted.internet.error", "TCPTimedOutError", "connect"),
     ("builtins", "TimeoutError", "timeout"),
     ("socket", "timeout", "timeout"),
     ("asyncio", "TimeoutError", "timeout"),
@@ -25,7 +34,6 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("urllib3.exceptions", "TimeoutError", "timeout"),
     ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
     ("twisted.internet.error", "TimeoutError", "timeout"),
-    ("twisted.internet.error", "TCPTimedOutError", "timeout"),
     # A request Scrapy dropped or cancelled says nothing about the exit.
     ("scrapy.exceptions", "IgnoreRequest", "other"),
     ("scrapy.exceptions", "DownloadCancelledError", "other"),
@@ -70,3 +78,27 @@ def _classify(exc: BaseException) -> str:
         if isinstance(exc, _loaded(module, name)):
             return kind
     return "other"
+
+
+# A proxy's answer to CONNECT, as the clients spell it in their errors: http.client's "Tunnel
+# connection failed: 407 Proxy Authentication Required" (requests, urllib3), httpx's "407 Proxy
+# Authentication Required", Scrapy's "{'status': 407, ...}".
+_PROXY_STATUS = re.compile(r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b")
+
+
+def _proxy_status(exc: BaseException) -> Optional[int]:
+    """The status a proxy answered a failed tunnel with, if the exception carries one: aiohttp
+    keeps it as ``status``; requests, urllib3, httpx and Scrapy only in their message."""
+    if isinstance(exc, _loaded("aiohttp", "ClientHttpProxyError")):
+        status = getattr(exc, "status", None)
+        return status if isinstance(status, int) and 100 <= status <= 599 else None
+    m = _PROXY_STATUS.search(str(exc))
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def _classify_failure(exc: BaseException) -> Tuple[str, Optional[int]]:
+    """The class of an exception that ended a request and, for a proxy's refusal, the status
+    the proxy answered: a 407 to CONNECT is the gateway refusing its credentials, which the
+    pool's health must see as such (``status=407, error="connect"``), not as a broken tunnel."""
+    kind = _classify(exc)
+    return kind, _proxy_status(exc) if kind in ("proxy", "connect") else None

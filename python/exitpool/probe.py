@@ -95,6 +95,13 @@ class ProbeResult:
     endpoints: Tuple[EndpointResult, ...] = field(default_factory=tuple)
 
     @property
+    def credentials_rejected(self) -> bool:
+        """The proxy answered 407 (to the request or to its CONNECT): it refuses the exit's
+        credentials. ``ProbeLoop`` records it so (``record_probe(..., status=407)``): for a
+        gateway's slot that takes the gateway out, as configuration rather than a bad slot."""
+        return not self.ok and any(e.status == 407 for e in self.endpoints)
+
+    @property
     def answered(self) -> int:
         """How many endpoints answered with an address."""
         return sum(1 for e in self.endpoints if e.ok)
@@ -513,7 +520,11 @@ class ProbeLoop:
             for r in results + controls:
                 try:
                     if self.pool.record_probe(
-                        r.exit_id, r.ok, observed_ip=r.observed_ip if r.ok else None, detail="" if r.ok else r.detail
+                        r.exit_id,
+                        r.ok,
+                        observed_ip=r.observed_ip if r.ok else None,
+                        detail="" if r.ok else r.detail,
+                        status=407 if r.credentials_rejected else None,
                     ):
                         drifted.append(r.exit_id)
                     recorded += 1

@@ -48,7 +48,7 @@ from ._clients import _scrub
 from ._clients import _site as _site_of
 from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
-from ._outcome import _classify
+from ._outcome import _classify, _classify_failure
 from ._states import _ejected
 
 __all__ = ["BanPolicy", "ExitPoolMiddleware"]
@@ -327,7 +327,7 @@ class ExitPoolMiddleware:
         lease = self._take(request)
         if lease is None:
             return None
-        kind = _classify(exception)
+        kind, proxy_status = _classify_failure(exception)
         outcome: Dict[str, Any] = {"error": "other"}
         verdict: Optional[bool] = None
         try:
@@ -335,6 +335,8 @@ class ExitPoolMiddleware:
                 return None
             verdict = self._judge("exception_is_ban", request, exception)
             outcome = {"error": "other" if verdict is False else kind, "latency": _latency(request)}
+            if proxy_status is not None and verdict is not False:
+                outcome["status"] = proxy_status  # a CONNECT answered 407: the gateway's credentials
         finally:
             self._release(lease, **outcome)
             self._inc(f"errors/{kind}")

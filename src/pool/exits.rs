@@ -231,6 +231,21 @@ impl Pool {
     /// provider breaking stickiness (an event, a failed probe, and the new IP learned, so
     /// one break counts once). True when the address was not the one expected.
     pub fn record_probe(&self, exit_id: &str, ok: bool, observed_ip: Option<std::net::IpAddr>, detail: &str) -> Result<bool> {
+        self.record_probe_status(exit_id, ok, observed_ip, None, detail)
+    }
+
+    /// [`Pool::record_probe`] with the status the proxy answered a failed probe with: a 407
+    /// is the proxy refusing its credentials, which for a gateway's slot takes the gateway
+    /// out (its credentials are configuration, not a bad slot) and for an exit of its own is
+    /// a failed probe like any other.
+    pub fn record_probe_status(
+        &self,
+        exit_id: &str,
+        ok: bool,
+        observed_ip: Option<std::net::IpAddr>,
+        status: Option<u16>,
+        detail: &str,
+    ) -> Result<bool> {
         let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
@@ -279,6 +294,7 @@ impl Pool {
         let verdict = match (ok, drifted) {
             (_, true) => Probe::Drifted,
             (true, false) if !broken => Probe::Ok,
+            (false, false) if status == Some(407) => Probe::CredentialsRejected,
             _ => Probe::Failed,
         };
         st.board.probe(h, verdict, in_service, now, jitter);

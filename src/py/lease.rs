@@ -202,7 +202,7 @@ impl PyLease {
         error: Option<&Bound<'_, PyAny>>,
         retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let status = status.map(|s| status_of(py, s)).transpose()?;
+        let mut status = status.map(|s| status_of(py, s)).transpose()?;
         let latency = latency.map(|v| seconds_of(py, "latency", v)).transpose()?;
         let captcha = match captcha {
             None => false,
@@ -211,7 +211,14 @@ impl PyLease {
                 .map(|b| b.is_true())
                 .map_err(|_| invalid_input(py, format!("captcha must be True or False, got {}", shown_repr(c))))?,
         };
-        let error = error.map(|e| error_kind(py, e)).transpose()?;
+        let error = match error.map(|e| error_kind(py, e)).transpose()? {
+            Some((kind, proxy_status)) => {
+                // A status given by hand wins over the one the exception carries.
+                status = status.or(proxy_status);
+                Some(kind)
+            }
+            None => None,
+        };
         let retry_after = retry_after.map(|v| seconds_of(py, "retry_after", v)).transpose()?;
         let report = Report::new(status, latency, captcha, error, retry_after).py_err(py)?;
         self.state.lock().report = Some(report);
@@ -260,7 +267,7 @@ pub(super) fn shown_repr(v: &Bound<'_, PyAny>) -> String {
 
 /// `status=`: any whole number a client could give (see `Report::new`); a float, a str or a
 /// number outside 64 bits is bad input, named.
-fn status_of(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<i64> {
+pub(super) fn status_of(py: Python<'_>, s: &Bound<'_, PyAny>) -> PyResult<i64> {
     if s.is_instance_of::<PyBool>() || !s.is_instance_of::<PyInt>() {
         return Err(invalid_input(py, format!("status must be a whole number, got {}", shown_repr(s))));
     }
@@ -275,17 +282,20 @@ fn seconds_of(py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64>
     f.ok_or_else(|| invalid_input(py, format!("{name} must be a number of seconds, got {}", shown_repr(v))))
 }
 
-fn classify(py: Python<'_>, exc: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
+/// The class of an exception that ended a request, and the status a proxy refused its tunnel
+/// with when the exception carries one (a 407 to CONNECT: the gateway's credentials).
+fn classify(py: Python<'_>, exc: &Bound<'_, PyAny>) -> PyResult<(ErrorKind, Option<i64>)> {
     static CLASSIFY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let f = CLASSIFY.import(py, "exitpool._outcome", "_classify")?;
-    let kind: String = f.call1((exc,))?.extract()?;
-    ErrorKind::parse(&kind).py_err(py)
+    let f = CLASSIFY.import(py, "exitpool._outcome", "_classify_failure")?;
+    let (kind, status): (String, Option<i64>) = f.call1((exc,))?.extract()?;
+    Ok((ErrorKind::parse(&kind).py_err(py)?, status))
 }
 
-/// `error=` may be an exception (classified) or one of the class names.
-fn error_kind(py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<ErrorKind> {
+/// `error=` may be an exception (classified, with the proxy's status if it carries one) or one
+/// of the class names.
+fn error_kind(py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<(ErrorKind, Option<i64>)> {
     if let Ok(s) = e.cast::<PyString>() {
-        return ErrorKind::parse(&text(s, "error")?).py_err(py);
+        return Ok((ErrorKind::parse(&text(s, "error")?).py_err(py)?, None));
     }
     if e.is_instance_of::<pyo3::exceptions::PyBaseException>() {
         return classify(py, e);
@@ -312,11 +322,11 @@ impl PyLease {
     ) -> bool {
         let _ = tb;
         let fallback = if exc_type.is_some_and(|t| !t.is_none()) {
-            let kind = match exc {
-                Some(e) if !e.is_none() => classify(py, e).unwrap_or(ErrorKind::Other),
-                _ => ErrorKind::Other,
+            let (kind, status) = match exc {
+                Some(e) if !e.is_none() => classify(py, e).unwrap_or((ErrorKind::Other, None)),
+                _ => (ErrorKind::Other, None),
             };
-            Report::new(None, None, false, Some(kind), None).ok()
+            Report::new(status, None, false, Some(kind), None).ok()
         } else {
             None
         };

@@ -443,9 +443,13 @@ impl PyPool {
     }
 
     /// Feeds an active probe's verdict into the exit's health: probes decide who comes back.
-    /// An `observed_ip` other than the exit's `ip` is drift: an event, and a failure. Returns
-    /// whether the exit drifted.
-    #[pyo3(signature = (exit_id, ok, *, observed_ip=None, detail=None), text_signature = "($self, exit_id, ok, *, observed_ip=None, detail=\"\")")]
+    /// An `observed_ip` other than the exit's `ip` is drift: an event, and a failure. `status`
+    /// is what the proxy answered a failed probe with: 407 says it refuses the credentials.
+    /// Returns whether the exit drifted.
+    #[pyo3(
+        signature = (exit_id, ok, *, observed_ip=None, detail=None, status=None),
+        text_signature = "($self, exit_id, ok, *, observed_ip=None, detail=\"\", status=None)"
+    )]
     fn record_probe(
         &self,
         py: Python<'_>,
@@ -453,7 +457,10 @@ impl PyPool {
         ok: bool,
         observed_ip: Option<&Bound<'_, PyString>>,
         detail: Option<&Bound<'_, PyString>>,
+        status: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        let status = status.map(|s| super::lease::status_of(py, s)).transpose()?;
+        let status = status.map(crate::outcome::check_status).transpose().py_err(py)?;
         let (exit_id, observed_ip) = (text(exit_id, "exit_id")?, opt_text(observed_ip, "observed_ip")?);
         let detail = opt_text(detail, "detail")?.unwrap_or_default();
         let (exit_id, detail) = (&*exit_id, &*detail);
@@ -465,7 +472,7 @@ impl PyPool {
                     .map_err(|_| invalid_input(py, format!("observed_ip {} is not an IP address", crate::mask::shown(s))))?,
             ),
         };
-        let drifted = py.detach(|| self.core.record_probe(exit_id, ok, observed, detail)).py_err(py)?;
+        let drifted = py.detach(|| self.core.record_probe_status(exit_id, ok, observed, status, detail)).py_err(py)?;
         self.dispatch.deliver(py, &self.core);
         Ok(drifted)
     }

@@ -12,6 +12,11 @@
   limits (429 + ``Retry-After``), persistent bans (403) for IPs that keep hammering after 429s,
   captcha pages, verification challenges for an account seen from a new IP, and site-wide
   incidents (503 on every IP). It counts everything it sees, for assertions.
+- Provider gateways (:class:`ProviderGateway`, ``Testbed(gateways=[...])``): one port that
+  reads a sticky-session token from the proxy user name (``{user}-session-{session}``), gives
+  each token a source address of its own (``127.0.2.N``) for a lifetime, answers 407 for wrong
+  credentials, and can be killed, blackholed (connects time out), told to answer 502 "no exit
+  available", or to break a token's stickiness.
 - Control endpoints (:class:`Control`): ``GET /ip`` answers ``{"ip": "<client ip>"}``. They
   are separate servers from the site, so a site incident says nothing about them and one of
   them can be taken down on its own (quorum tests). The site answers ``/ip`` too, unguarded.
@@ -53,7 +58,7 @@ Site behaviour, in the order a guarded request meets it (any path except ``/ip``
 
 The package, one module a part: ``_server`` (the loopback TCP server base every part shares:
 a fixed port, kill and revive, controls callable from any thread), ``_proxy`` (:class:`Proxy`),
-``_app`` (the aiohttp server base of the site and the control endpoints), ``_site``
+``_gateway`` (:class:`ProviderGateway`), ``_app`` (the aiohttp server base of the site and the control endpoints), ``_site``
 (:class:`Site`), ``_control`` (:class:`Control`) and ``_world`` (:class:`Testbed`, which starts
 and stops them all).
 """
@@ -66,8 +71,9 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("exitpool.testbed needs aiohttp: pip install 'exitpool[aiohttp]'") from _e
 
 from ._control import Control
+from ._gateway import ProviderGateway
 from ._proxy import Proxy
 from ._site import Site
 from ._world import Testbed
 
-__all__ = ["Control", "Proxy", "Site", "Testbed"]
+__all__ = ["Control", "Proxy", "ProviderGateway", "Site", "Testbed"]

@@ -43,11 +43,16 @@ _HOP_BY_HOP = {
 
 
 class _Reject(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, extra: Sequence[Tuple[str, str]] = ()) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.message = message
+        self.extra = tuple(extra)
+
+
+def _proxy_auth_required(message: str = "proxy credentials missing or wrong") -> _Reject:
+    return _Reject(407, "Proxy Authentication Required", message, [("Proxy-Authenticate", 'Basic realm="exitpool-testbed"')])
 
 
 def _parse_head(data: bytes) -> Tuple[str, List[Tuple[str, str]]]:
@@ -319,26 +324,25 @@ class Proxy(_Server):
                 self.dropped += 1
                 writer.transport.abort()
                 return False
-            got = _header(headers, "Proxy-Authorization") or ""
-            if not hmac.compare_digest(got.strip().encode(), self._expected_auth.encode()):
-                self.auth_failures += 1
-                await self._refuse(
-                    writer,
-                    407,
-                    "Proxy Authentication Required",
-                    "proxy credentials missing or wrong",
-                    extra=[("Proxy-Authenticate", 'Basic realm="exitpool-testbed"')],
-                )
-                return False
+            source_ip = self._admit(_header(headers, "Proxy-Authorization") or "")
             if method.upper() == "CONNECT":
-                await self._tunnel(reader, writer, target)
+                await self._tunnel(reader, writer, target, source_ip)
                 return False
             if not target.lower().startswith("http://"):
                 raise _Reject(400, "Bad Request", "forward proxy: need an absolute http:// URL or CONNECT")
-            return await self._forward(reader, writer, method, target, version, headers)
+            return await self._forward(reader, writer, method, target, version, headers, source_ip)
         except _Reject as r:
-            await self._refuse(writer, r.status, r.reason, r.message)
+            await self._refuse(writer, r.status, r.reason, r.message, r.extra)
             return False
+
+    def _admit(self, authorization: str) -> str:
+        """Checks a request's ``Proxy-Authorization`` and returns the source address it leaves
+        from; raises :class:`_Reject` (407) for wrong credentials. The one place a proxy decides
+        who may pass and from where: the provider gateway overrides it."""
+        if not hmac.compare_digest(authorization.strip().encode(), self._expected_auth.encode()):
+            self.auth_failures += 1
+            raise _proxy_auth_required()
+        return self.source_ip
 
     async def _refuse(
         self,
@@ -362,10 +366,10 @@ class Proxy(_Server):
         except (ConnectionError, OSError, asyncio.TimeoutError):
             pass
 
-    async def _open_upstream(self, host: str, port: int) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open_upstream(self, host: str, port: int, source_ip: str) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, local_addr=(self.source_ip, 0), limit=_HEAD_LIMIT),
+                asyncio.open_connection(host, port, local_addr=(source_ip, 0), limit=_HEAD_LIMIT),
                 self.timeout,
             )
         except asyncio.TimeoutError:
@@ -377,14 +381,14 @@ class Proxy(_Server):
         self._writers.add(writer)
         return reader, writer
 
-    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: str) -> None:
+    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: str, source_ip: str) -> None:
         host, _, port_s = target.rpartition(":")
         try:
             port = int(port_s)
         except ValueError:
             raise _Reject(400, "Bad Request", f"CONNECT needs host:port, got {target[:80]!r}") from None
         host, port = _destination(host.strip("[]"), port, 443)
-        up_reader, up_writer = await self._open_upstream(host, port)
+        up_reader, up_writer = await self._open_upstream(host, port, source_ip)
         self.requests += 1
         self.tunnels += 1
         try:
@@ -423,6 +427,7 @@ class Proxy(_Server):
         target: str,
         version: str,
         headers: List[Tuple[str, str]],
+        source_ip: str,
     ) -> bool:
         url = urlsplit(target)
         try:
@@ -465,7 +470,7 @@ class Proxy(_Server):
         out.append(("Connection", "close"))
         upstream_head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in out) + "\r\n"
 
-        up_reader, up_writer = await self._open_upstream(host, port)
+        up_reader, up_writer = await self._open_upstream(host, port, source_ip)
         self.requests += 1
         try:
             up_writer.write(upstream_head.encode("latin-1") + body)

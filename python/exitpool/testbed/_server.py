@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import ipaddress
 import socket
-from typing import Callable, Optional, Tuple, TypeVar
+from typing import Callable, List, Optional, Tuple, TypeVar
 
 T = TypeVar("T")
 
@@ -68,6 +68,9 @@ class _Server:
         self._pending: Optional[asyncio.Task] = None
         self._killed = False
         self._closed = False
+        # While blackholed: client sockets that fill the placeholder's accept queue, so that
+        # the kernel drops every later SYN (connection attempts time out, nothing refuses).
+        self._fillers: List[socket.socket] = []
 
     # -- to override
     async def _serve(self, sock: socket.socket) -> asyncio.AbstractServer:
@@ -150,6 +153,32 @@ class _Server:
                 pass
         self._drop()
 
+    def _blackhole_now(self) -> None:
+        self._kill_now()
+        placeholder = self._placeholder
+        if placeholder is None or self._fillers:
+            return
+        # The listener is closed: a placeholder listening with no room in its accept queue,
+        # filled and never accepted from, makes the kernel drop every later SYN (Linux, and
+        # the BSDs), as a firewall that drops packets does.
+        placeholder.listen(0)
+        for _ in range(2):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            c.setblocking(False)
+            try:
+                c.connect((self.host, self.port))
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                c.close()
+                continue
+            self._fillers.append(c)
+
+    def _close_fillers(self) -> None:
+        for c in self._fillers:
+            c.close()
+        self._fillers.clear()
+
     def _revive_now(self) -> Optional[socket.socket]:
         if not self._killed or self._closed:
             return None
@@ -157,6 +186,7 @@ class _Server:
         if self._placeholder is not None:
             self._placeholder.close()
             self._placeholder = None
+        self._close_fillers()
         self._killed = False
         return sock
 
@@ -173,8 +203,14 @@ class _Server:
         abort the open ones."""
         self._call(self._kill_now)
 
+    def blackhole(self) -> None:
+        """Drop connection attempts without an answer, as a firewall dropping packets does:
+        a client's connect times out (its connect timeout bounds it), nothing is refused. Open
+        connections are aborted, as by :meth:`kill`; :meth:`revive` undoes it."""
+        self._call(self._blackhole_now)
+
     def revive(self) -> None:
-        """Listen again on the same port."""
+        """Listen again on the same port (after :meth:`kill` or :meth:`blackhole`)."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -208,4 +244,5 @@ class _Server:
         if self._placeholder is not None:
             self._placeholder.close()
             self._placeholder = None
+        self._close_fillers()
         self._drop()

@@ -13,6 +13,7 @@ from typing import Any, Awaitable, List, Optional, Sequence, TypeVar
 
 from .._core import Exit
 from ._control import Control
+from ._gateway import ProviderGateway
 from ._proxy import Proxy
 from ._server import _check_loopback, _Server
 from ._site import Site
@@ -34,7 +35,8 @@ class Testbed:
     (:class:`Control`), ``control_url`` / ``control_urls`` (each ending in ``/ip``).
 
     ``source_ips`` (default ``127.0.1.1``, ``127.0.1.2``, ...) are the addresses the proxies
-    leave from; ``site_options`` (``rate``, ``burst``, ``ban_after``, ``ban_window``,
+    leave from; ``gateways`` are provider gateways (:class:`ProviderGateway`) started and
+    closed with the rest (``gateway`` / ``gateways``); ``site_options`` (``rate``, ``burst``, ``ban_after``, ``ban_window``,
     ``ban_ttl``, ``captcha_rate``, ``seed``) configure every site.
     """
 
@@ -47,6 +49,7 @@ class Testbed:
         n_sites: int = 1,
         n_controls: int = 2,
         source_ips: Optional[Sequence[str]] = None,
+        gateways: Sequence[ProviderGateway] = (),
         timeout: float = 30.0,
         **site_options: Any,
     ) -> None:
@@ -70,6 +73,9 @@ class Testbed:
         seed = site_options.pop("seed", None)
         self.sites: List[Site] = [Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)]
         self.controls: List[Control] = [Control(f"control-{i}") for i in range(n_controls)]
+        self.gateways: List[ProviderGateway] = list(gateways)
+        if not all(isinstance(g, ProviderGateway) for g in self.gateways):
+            raise TypeError("gateways must be exitpool.testbed.ProviderGateway instances")
         self.exits: List[Exit] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
@@ -86,6 +92,13 @@ class Testbed:
     @property
     def site_url(self) -> str:
         return self.sites[0].url
+
+    @property
+    def gateway(self) -> ProviderGateway:
+        """The first provider gateway (``gateways=`` at construction)."""
+        if not self.gateways:
+            raise LookupError("this testbed has no provider gateway: Testbed(gateways=[ProviderGateway()])")
+        return self.gateways[0]
 
     @property
     def control_url(self) -> str:
@@ -108,7 +121,7 @@ class Testbed:
         raise KeyError(exit_id)
 
     def _servers(self) -> List[_Server]:
-        return [*self.controls, *self.sites, *self.proxies]
+        return [*self.controls, *self.sites, *self.proxies, *self.gateways]
 
     # -- async life
     async def start(self) -> Testbed:
