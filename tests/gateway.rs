@@ -146,3 +146,16 @@ fn a_gateway_added_later_joins_all_or_nothing() {
     assert_eq!(p.generation("mob-1").unwrap(), Some(gateway("mob", 2, Some(600.0), false).generation(1, T0)));
     assert_eq!(p.generation("resi-1").unwrap(), None);
 }
+
+#[test]
+fn a_keyless_lease_gets_the_token_of_the_time_it_is_now() {
+    let g = gateway("resi", 1, Some(600.0), false);
+    let (p, clock) = pool(vec![g.clone().into()]);
+    let generation = g.generation(0, T0);
+    let lease = p.try_acquire(0, None, None).unwrap();
+    assert_eq!(token_of(&lease.exit), g.token(0, generation));
+    p.release(lease.id, &Report::SUCCESS);
+    clock.advance(g.rotates_at(0, generation) - T0).unwrap();
+    let lease = p.try_acquire(0, None, None).unwrap();
+    assert_eq!(token_of(&lease.exit), g.token(0, generation + 1));
+}
