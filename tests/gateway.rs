@@ -168,3 +168,16 @@ fn a_probe_answered_407_takes_the_gateway_out_as_credentials_and_a_plain_exit_fa
     p.record_probe_status("dc-1", false, None, Some(407), "407").unwrap();
     assert_eq!(p.events(0).into_iter().filter(|e| e.kind == "gateway_credentials_rejected").count(), 1);
 }
+
+#[test]
+fn a_keyless_lease_gets_the_token_of_the_time_it_is_now() {
+    let g = gateway("resi", 1, Some(600.0), false);
+    let (p, clock) = pool(vec![g.clone().into()]);
+    let generation = g.generation(0, T0);
+    let lease = p.try_acquire(0, None, None).unwrap();
+    assert_eq!(token_of(&lease.exit), g.token(0, generation));
+    p.release(lease.id, &Report::SUCCESS);
+    clock.advance(g.rotates_at(0, generation) - T0).unwrap();
+    let lease = p.try_acquire(0, None, None).unwrap();
+    assert_eq!(token_of(&lease.exit), g.token(0, generation + 1));
+}
