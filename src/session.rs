@@ -48,6 +48,34 @@ impl Sessions {
         None
     }
 
+    /// The live session of `key` as it was, now extended to `expires` in the same lookup: a
+    /// keyed lease that finds its session renews it (a second lookup to extend it was a tenth
+    /// of a keyed pair's own work). A lease refused after all gives it back its old expiry
+    /// ([`Sessions::restore`]). Dropped first if its time has passed.
+    #[inline]
+    pub fn renew(&mut self, key: &str, now: f64, expires: f64) -> Option<Session> {
+        match self.map.get_mut(key) {
+            Some(s) if s.expires > now => {
+                let was = *s;
+                s.expires = expires;
+                Some(was)
+            }
+            Some(_) => {
+                self.end(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Undoes a [`Sessions::renew`] whose lease was refused: only a lease extends a session.
+    #[cold]
+    pub fn restore(&mut self, key: &str, expires: f64) {
+        if let Some(s) = self.map.get_mut(key) {
+            s.expires = expires;
+        }
+    }
+
     /// Binds or extends; a new binding is counted against its exit. True when the new
     /// binding took the table over its bound: the caller then calls [`Sessions::evict_idle`].
     #[inline]

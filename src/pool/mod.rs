@@ -138,6 +138,7 @@ impl Pool {
             by_id,
             views: Vec::new(),
             moved: Default::default(),
+            renewed_from: 0.0,
             view_ids: HashMap::new(),
             sessions,
             leases: Leases::default(),

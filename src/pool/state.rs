@@ -157,6 +157,9 @@ pub(super) struct State {
     pub(super) views: Vec<View>,
     /// Exits the views' trees have yet to re-rank (see [`Moved`]).
     pub(super) moved: Moved,
+    /// The expiry the session a keyed lease found had before it was renewed, for a refusal
+    /// that follows to give back.
+    pub(super) renewed_from: f64,
     pub(super) view_ids: HashMap<Vec<(String, String)>, u32>,
     pub(super) sessions: Sessions,
     pub(super) leases: Leases,
@@ -485,10 +488,16 @@ impl State {
                         (site != 0).then_some(site),
                         format!("a new pairing of key {key:?} must wait {wait:.3} s (warm-up ramp)"),
                     );
+                    if choice == Choice::Session {
+                        self.sessions.restore(key, self.renewed_from);
+                    }
                     return Err(Refusal::WarmingUp { retry_after: wait, exit_id: self.exits[h as usize].exit.id.clone() });
                 }
             }
-            self.bind_session(key, h, now + self.cfg.session_ttl, now);
+            // A session found was renewed as it was found (`decide`).
+            if choice != Choice::Session {
+                self.bind_session(key, h, now + self.cfg.session_ttl, now);
+            }
         }
         Ok(self.commit(h, choice, key, site, now, 0))
     }
@@ -513,23 +522,36 @@ impl State {
         match key {
             Some(key) => {
                 self.sessions.sweep(now, self.cfg.session_ttl / 16.0);
-                let live = if local_sessions { self.sessions.live(key, now) } else { None };
-                if let Some(s) = &live {
-                    self.prefetch(s.exit, site);
-                }
-                let (h, choice) = match live {
-                    Some(s) => (self.session_exit(view, key, s.exit, Some(s.generation), site, now)?, Choice::Session),
-                    None => {
-                        let (h, choice) = self.ring_pick(view, key, site, now)?;
-                        // A new session binds in the slot's token current now.
-                        self.refresh(h, now);
-                        (h, choice)
+                // Renewed as it is found, and given back its expiry if the lease is refused.
+                let live = if local_sessions { self.sessions.renew(key, now, now + self.cfg.session_ttl) } else { None };
+                let decided = 'keyed: {
+                    let (h, choice) = match live {
+                        Some(s) => {
+                            self.prefetch(s.exit, site);
+                            self.renewed_from = s.expires;
+                            match self.session_exit(view, key, s.exit, Some(s.generation), site, now) {
+                                Ok(h) => (h, Choice::Session),
+                                Err(r) => break 'keyed Err(r),
+                            }
+                        }
+                        None => match self.ring_pick(view, key, site, now) {
+                            Ok((h, choice)) => {
+                                // A new session binds in the slot's token current now.
+                                self.refresh(h, now);
+                                (h, choice)
+                            }
+                            Err(r) => break 'keyed Err(r),
+                        },
+                    };
+                    if self.exits[h as usize].active >= max_leases {
+                        break 'keyed Err(Refusal::Full);
                     }
+                    Ok((h, choice))
                 };
-                if self.exits[h as usize].active >= max_leases {
-                    return Err(Refusal::Full);
+                if decided.is_err() && live.is_some() {
+                    self.sessions.restore(key, self.renewed_from);
                 }
-                Ok((h, choice))
+                decided
             }
             None => {
                 self.rerank_moved();
