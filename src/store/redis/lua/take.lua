@@ -47,11 +47,12 @@ if key ~= '' then
   if not exit then
     exit, session = ARGV[first], '0'
   else
-    local bound, g = string.match(exit, '^(.*)\1(%d+)$')
-    if bound then exit = bound end
+    -- A plain find: a session of a plain exit (no generation) costs no pattern match.
+    local cut, g = string.find(exit, '\1', 1, true), '0'
+    if cut then exit, g = string.sub(exit, 1, cut - 1), string.sub(exit, cut + 1) end
     if exit ~= ARGV[first] then return {'elsewhere', exit} end
     -- A token older than the worker's: the provider's session is over, so is this one.
-    if generation ~= '0' and tonumber(g or '0') < tonumber(generation) then
+    if generation ~= '0' and tonumber(g) < tonumber(generation) then
       if not rebind then
         redis.call('DEL', sk)
         return {'rotated', exit}
