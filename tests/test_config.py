@@ -963,7 +963,7 @@ BAD_GATEWAYS = [
     ("session_length = 12", "session_length = 99", "gateway[0].session_length", 17, "session_length 99 is outside"),
     ('session_alphabet = "lower"', 'session_alphabet = "hex"', "gateway[0].session_alphabet", 16, 'session_alphabet "hex"'),
     ("-session-{session}", "-{city}-{session}", "gateway[0].username", 9, "names the tag {city}"),
-    ('password = "{password}"', 'password = "{password}-{bad name}"', "gateway[0].password", 10, "unknown placeholder"),
+    ('password = "{password}"', f'password = "{PASSWORD}_{{bad name}}"', "gateway[0].password", 10, "unknown placeholder"),
     ('password = "{password}"', 'preset = "nope"', "gateway[0].preset", 10, 'preset "nope" is not one of'),
     ("gw.provider.example:7777", "gw.provider.example:99999", "gateway[0].proxy", 7, "[secure]"),
     ("slots = 3", "slts = 3", "gateway[0].slts", 8, "unknown key"),
