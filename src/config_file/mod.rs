@@ -24,6 +24,7 @@ use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::marker::PhantomData;
 use toml::de::DeTable;
 
 /// A string setting whose wrong type is described by what the key holds, not "a string".
@@ -51,42 +52,30 @@ fn path_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::E
     d.deserialize_string(Text("a path (relative to this file)")).map(Some)
 }
 
-/// `exit` is only ever `[[exit]]` tables: `exit = 5` or a bare `[exit.tags]` is told so.
-fn exit_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<ExitTable>>, D::Error> {
-    struct Tables;
-    impl<'de> Visitor<'de> for Tables {
-        type Value = Vec<ExitTable>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("[[exit]] tables")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<ExitTable>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(t) = seq.next_element()? {
-                out.push(t);
-            }
-            Ok(out)
-        }
+/// An array of tables (`[[exit]]`, `[[gateway]]`), named so in a wrong-type message: `exit = 5`
+/// or a bare `[exit.tags]` is told what the key holds.
+struct Tables<T>(&'static str, PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Tables<T> {
+    type Value = Vec<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
-    d.deserialize_seq(Tables).map(Some)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(t) = seq.next_element()? {
+            out.push(t);
+        }
+        Ok(out)
+    }
 }
 
-/// `gateway` is only ever `[[gateway]]` tables.
+fn exit_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<ExitTable>>, D::Error> {
+    d.deserialize_seq(Tables("[[exit]] tables", PhantomData)).map(Some)
+}
+
 fn gateway_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<GatewayTable>>, D::Error> {
-    struct Tables;
-    impl<'de> Visitor<'de> for Tables {
-        type Value = Vec<GatewayTable>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("[[gateway]] tables")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<GatewayTable>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(t) = seq.next_element()? {
-                out.push(t);
-            }
-            Ok(out)
-        }
-    }
-    d.deserialize_seq(Tables).map(Some)
+    d.deserialize_seq(Tables("[[gateway]] tables", PhantomData)).map(Some)
 }
 
 fn template_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
@@ -460,6 +449,7 @@ mod tests {
         assert_eq!(err("exits_file = [\"a\"]\n").2, "must be a path (relative to this file), got an array");
         assert_eq!(err("exit = 5\n").2, "must be [[exit]] tables, got 5");
         assert_eq!(err("[exit.tags]\na = \"b\"\n").2, "must be [[exit]] tables, got a table");
+        assert_eq!(err("gateway = \"gw\"\n").2, "must be [[gateway]] tables, got the string \"gw\"");
     }
 
     const GATEWAY: &str = "[[exit]]\nid = \"dc-1\"\nproxy = \"http://10.0.0.7:3128\"\n\n[[gateway]]\nid = \"resi\"\n\
