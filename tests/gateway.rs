@@ -181,3 +181,39 @@ fn a_keyless_lease_gets_the_token_of_the_time_it_is_now() {
     let lease = p.try_acquire(0, None, None).unwrap();
     assert_eq!(token_of(&lease.exit), g.token(0, generation + 1));
 }
+
+/// Two workers on one store: the fleet's session of a key ends at its slot's rotation, once,
+/// for whichever worker leases next, and the following lease binds afresh for both.
+#[test]
+fn a_fleet_session_ends_with_its_token_once_for_every_worker() {
+    let g = gateway("resi", 4, Some(600.0), false);
+    let clock = ManualClock::new(T0);
+    let store: Arc<dyn exitpool::Store> = Arc::new(exitpool::MemoryStore::new("fleet", Arc::new(clock.clone())));
+    let cfg = Config { seed: Some(1), session_ttl: 1e6, ..Config::default() };
+    let workers: Vec<Pool> =
+        (0..2).map(|_| Pool::of_with_store(vec![g.clone().into()], cfg.clone(), Arc::new(clock.clone()), store.clone()).unwrap()).collect();
+    let lease = workers[0].try_acquire(0, Some("acct"), None).unwrap();
+    let slot_id = lease.exit.id.clone();
+    let slot: u32 = slot_id.rsplit('-').next().unwrap().parse().unwrap();
+    workers[0].release(lease.id, &Report::SUCCESS);
+    let ends = g.rotates_at(slot, g.generation(slot, T0));
+    clock.advance(ends - T0 - 0.5).unwrap();
+    let lease = workers[1].try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!(lease.choice, Choice::Session, "the other worker shares the session until the token's end");
+    workers[1].release(lease.id, &Report::SUCCESS);
+    clock.advance(0.5).unwrap();
+    match workers[1].try_acquire(0, Some("acct"), None) {
+        Err(Refusal::SessionExitLost { exit_id, why, .. }) => {
+            assert_eq!((exit_id.as_str(), why), (slot_id.as_str(), "its gateway session expired (token rotated)"))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once: the binder leases next and binds afresh on the new token; the other shares it.
+    let lease = workers[0].try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!((lease.exit.id.as_str(), lease.choice), (slot_id.as_str(), Choice::Ring));
+    assert_eq!(token_of(&lease.exit), g.token(slot, g.generation(slot, T0) + 1));
+    workers[0].release(lease.id, &Report::SUCCESS);
+    let lease = workers[1].try_acquire(0, Some("acct"), None).unwrap();
+    assert_eq!(lease.choice, Choice::Session);
+    assert_eq!(store.session("acct").unwrap().as_deref(), Some(slot_id.as_str()));
+}

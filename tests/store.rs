@@ -83,7 +83,7 @@ fn redis() -> Subject {
 }
 
 fn take<'a>(key: Option<&'a str>, candidates: &'a [&'a str], max: Option<u32>) -> Take<'a> {
-    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, renew: true, warmup: None }
+    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, renew: true, warmup: None, generation: 0, rebind: false }
 }
 
 fn granted(t: Taken) -> (String, u64) {
@@ -124,6 +124,8 @@ suite!(
     a_closing_store_sends_its_hand_backs,
     being_told_elsewhere_does_not_extend_a_session,
     a_session_unrenewed_keeps_its_expiry_and_a_new_one_is_made_anyway,
+    a_session_of_an_older_token_ends_once_for_every_worker,
+    a_rebinding_gateway_moves_its_session_to_the_new_token,
 );
 
 fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
@@ -245,6 +247,37 @@ fn a_session_unrenewed_keeps_its_expiry_and_a_new_one_is_made_anyway(s: Subject)
     assert!(matches!(st.take(&t(true)).unwrap(), Taken::Granted { session: true, .. }));
     (s.advance)(0.25);
     assert_eq!(st.session("acct").unwrap().as_deref(), Some("a"), "a renewed session is extended");
+}
+
+/// A gateway slot's session is bound with its token generation; a take in a newer generation
+/// (the slot's token rotated) ends it, once, whichever worker asks, and the next take binds
+/// afresh in the new generation. A worker whose clock lags (an older generation) keeps it.
+fn a_session_of_an_older_token_ends_once_for_every_worker(s: Subject) {
+    let (st, peer) = (&s.store, (s.peer)());
+    let gen = |generation| Take { generation, ..take(Some("acct"), &["gw-3"], None) };
+    assert!(matches!(st.take(&gen(5)).unwrap(), Taken::Granted { session: false, .. }));
+    assert!(matches!(peer.take(&gen(5)).unwrap(), Taken::Granted { session: true, .. }));
+    assert!(matches!(peer.take(&gen(4)).unwrap(), Taken::Granted { session: true, .. }), "a lagging worker keeps the session");
+    assert_eq!(st.session("acct").unwrap().as_deref(), Some("gw-3"), "the generation is not part of the exit");
+    assert_eq!(peer.take(&gen(6)).unwrap(), Taken::Rotated { exit: "gw-3".into() });
+    assert_eq!(st.session("acct").unwrap(), None, "the rotated session ended for the fleet");
+    assert!(matches!(st.take(&gen(6)).unwrap(), Taken::Granted { session: false, .. }), "the next take binds afresh");
+    assert!(matches!(peer.take(&gen(6)).unwrap(), Taken::Granted { session: true, .. }));
+    // On another exit the session is where it is: rotation is judged on the session's exit.
+    assert_eq!(
+        peer.take(&Take { generation: 9, ..take(Some("acct"), &["gw-4"], None) }).unwrap(),
+        Taken::Elsewhere { exit: "gw-3".into() }
+    );
+}
+
+fn a_rebinding_gateway_moves_its_session_to_the_new_token(s: Subject) {
+    let st = &s.store;
+    let gen = |generation, renew| Take { generation, renew, rebind: true, ..take(Some("acct"), &["gw-3"], None) };
+    granted(st.take(&gen(5, true)).unwrap());
+    // Unrenewed, the move to the new token is written all the same: generation 6 then holds.
+    assert!(matches!(st.take(&gen(6, false)).unwrap(), Taken::Granted { session: true, .. }));
+    let strict = Take { generation: 6, ..take(Some("acct"), &["gw-3"], None) };
+    assert!(matches!(st.take(&strict).unwrap(), Taken::Granted { session: true, .. }), "the session moved to generation 6");
 }
 
 fn a_session_lapses_after_its_ttl(s: Subject) {

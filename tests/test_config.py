@@ -587,7 +587,7 @@ def test_absurd_durations_are_refused_at_their_key_and_line(tmp_path, text, key,
 
 def test_a_file_without_exits(tmp_path):
     path = write(tmp_path, 'strategy = "lru"\n')
-    with pytest.raises(InvalidInput, match=r": no exits: set exits_file or add \[\[exit\]\] tables"):
+    with pytest.raises(InvalidInput, match=r": no exits: set exits_file or add \[\[exit\]\] or \[\[gateway\]\] tables"):
         Pool.from_config(path)
 
 
@@ -868,3 +868,132 @@ def test_a_proxy_line_pasted_as_exits_file_is_masked_in_the_path_read_as(tmp_pat
         Pool.from_config(path)
     assert "Pl4ntedS3cret" not in str(e.value)
     assert "does not exist (read as '" in str(e.value) and e.value.loc == ("exits_file",)
+
+
+# --- [[gateway]] tables ---
+
+GATEWAY = f"""\
+[[exit]]
+id = "dc-1"
+proxy = "http://10.0.0.7:3128"
+
+[[gateway]]
+id = "resi"
+proxy = "http://customer-c1:{PASSWORD}@gw.provider.example:7777"
+slots = 3
+username = "{{user}}-cc-{{country}}-session-{{session}}"
+password = "{{password}}"
+lifetime = 600
+margin = 30
+capacity = 2
+tags = {{ country = "de" }}
+rebind = true
+session_alphabet = "lower"
+session_length = 12
+"""
+
+
+def test_a_gateway_table_takes_every_keyword_of_gateway(tmp_path):
+    seen = []
+
+    def spy(exits, **options):
+        seen.append(exits)
+        return "built"
+
+    _from_config(spy, config(tmp_path, GATEWAY))
+    members = seen[-1]
+    assert [type(m).__name__ for m in members] == ["Exit", "Exit", "Exit", "Gateway"]
+    g = members[-1]
+    expected = exitpool.Gateway(
+        "resi",
+        f"http://customer-c1:{PASSWORD}@gw.provider.example:7777",
+        slots=3,
+        username="{user}-cc-{country}-session-{session}",
+        password="{password}",
+        lifetime=600,
+        margin=30,
+        capacity=2,
+        tags={"country": "de"},
+        rebind=True,
+        session_alphabet="lower",
+        session_length=12,
+    )
+    attrs = [
+        "gateway_id",
+        "masked_proxy",
+        "slots",
+        "lifetime",
+        "margin",
+        "capacity",
+        "tags",
+        "preset",
+        "rebind",
+        "session_alphabet",
+        "session_length",
+    ]
+    assert [getattr(g, a) for a in attrs] == [getattr(expected, a) for a in attrs]
+    assert [e.proxy for e in g.exits(at=1.7e9)] == [e.proxy for e in expected.exits(at=1.7e9)]
+    assert PASSWORD not in repr(g)
+    preset = '[[gateway]]\nid = "ox"\nproxy = "http://c:pw@pr.oxylabs.io:7777"\nslots = 2\npreset = "oxylabs"\n'
+    _from_config(spy, config(tmp_path, preset, exits=False))
+    assert (seen[-1][0].preset, seen[-1][0].lifetime) == ("oxylabs", 600.0)
+
+
+def test_a_gateway_from_a_file_leases_and_rotates_as_in_code(tmp_path):
+    clock = ManualClock(1_000.0)
+    pool = _from_config(Pool, config(tmp_path, GATEWAY.replace("rebind = true", "rebind = false")), clock=clock)
+    resi = pool.subset(country="de")
+    assert sorted(e.exit_id for e in resi.exits) == ["resi-0", "resi-1", "resi-2"]
+    with resi.lease(key="acct-1") as lease:
+        first = lease.exit_id
+    clock.advance(600)
+    with pytest.raises(exitpool.SessionExitLost, match="gateway session expired"):
+        resi.lease(key="acct-1").__enter__()
+    with resi.lease(key="acct-1") as lease:
+        assert lease.exit_id == first
+
+
+BAD_GATEWAYS = [
+    ("slots = 3", "slots = 0", "gateway[0].slots", 8, "slots 0 is outside 1..=100000"),
+    ("margin = 30", "margin = 600", "gateway[0].margin", 12, "margin 600 must be"),
+    ("lifetime = 600", "lifetime = 0.5", "gateway[0].lifetime", 11, "lifetime 0.5 must be"),
+    ("capacity = 2", "capacity = 0", "gateway[0].capacity", 13, "capacity 0 is outside"),
+    ("capacity = 2", "capacity = 2.5", "gateway[0].capacity", 13, "must be a whole number, got 2.5"),
+    ("rebind = true", 'rebind = "yes"', "gateway[0].rebind", 15, 'must be true or false, got the string "yes"'),
+    ("session_length = 12", "session_length = 99", "gateway[0].session_length", 17, "session_length 99 is outside"),
+    ('session_alphabet = "lower"', 'session_alphabet = "hex"', "gateway[0].session_alphabet", 16, 'session_alphabet "hex"'),
+    ("-session-{session}", "-{city}-{session}", "gateway[0].username", 9, "names the tag {city}"),
+    ('password = "{password}"', f'password = "{PASSWORD}_{{bad name}}"', "gateway[0].password", 10, "unknown placeholder"),
+    ('password = "{password}"', 'preset = "nope"', "gateway[0].preset", 10, 'preset "nope" is not one of'),
+    ("gw.provider.example:7777", "gw.provider.example:99999", "gateway[0].proxy", 7, "[secure]"),
+    ("slots = 3", "slts = 3", "gateway[0].slts", 8, "unknown key"),
+    ('id = "resi"\n', "", "gateway[0]", 5, "needs an id and a proxy"),
+    (
+        "session_length = 12\n",
+        'session_length = 12\n[[gateway]]\nid = "resi"\nproxy = "http://u:p@10.0.0.8:1"\nslots = 1\n',
+        "gateway[1]",
+        18,
+        'duplicate gateway id "resi" (also at gateway[0])',
+    ),
+    ('id = "resi"', 'id = "dc"', "gateway[0]", 5, 'duplicate exit id "dc-1" (gateway[0], slot 1 of gateway "dc"; also at exit[0])'),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key", "line", "fragment"), BAD_GATEWAYS, ids=[b[2] + ":" + b[4] for b in BAD_GATEWAYS])
+def test_a_bad_gateway_value_names_its_key_and_line_with_the_password_masked(tmp_path, old, new, key, line, fragment):
+    assert old in GATEWAY
+    path = config(tmp_path, GATEWAY.replace(old, new, 1), exits=False)
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    message = str(e.value)
+    assert message.startswith(f"{path}:{line}: {key}: "), message
+    assert fragment in message and PASSWORD not in message, message
+    assert (e.value.file, e.value.line) == (str(path), line)
+
+
+def test_a_gateway_slot_id_taken_in_the_proxy_list_names_both(tmp_path):
+    write(tmp_path, f"resi-1 http://u:{PASSWORD}@10.0.0.9:1\n", "proxies.txt")
+    path = write(tmp_path, 'exits_file = "proxies.txt"\n' + GATEWAY)
+    with pytest.raises(InvalidInput) as e:
+        Pool.from_config(path)
+    assert str(e.value) == f'{path}:6: gateway[0]: duplicate exit id "resi-1" (gateway[0], slot 1 of gateway "resi"; also at exits_file)'

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, NoReturn, Optional, Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple, Union
 
-from ._core import DEFAULT_REPLICAS, Exit, Ring, _position
+from ._core import DEFAULT_REPLICAS, Exit, Gateway, Ring, _position
 from ._errors import Error
 from ._exits import load_exits
 
@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the exit each key is assigned to",
         description="Print the exit each key is assigned to by the ring (passwords masked).",
     )
-    a.add_argument("--exits", required=True, metavar="FILE", help="proxy list, one exit per line")
+    _source(a)
     a.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS, help="ring points per unit of capacity (default %(default)s)")
     a.add_argument("keys", nargs="+", metavar="KEY", help="account or session keys")
 
@@ -43,11 +43,21 @@ def _parser() -> argparse.ArgumentParser:
             "consistent-hash ring and with a naive hash %% n over the list."
         ),
     )
-    c.add_argument("--exits", required=True, metavar="FILE", help="proxy list, one exit per line")
+    _source(c)
     c.add_argument("--add", type=int, default=0, metavar="N", help="add N new exits")
     c.add_argument("--remove", action="append", default=[], metavar="ID", help="remove the exit with this id (repeatable)")
     c.add_argument("--keys", type=int, default=100_000, metavar="N", help="number of keys to place (default %(default)s)")
     c.add_argument("--replicas", type=int, default=DEFAULT_REPLICAS, help="ring points per unit of capacity (default %(default)s)")
+
+    x = sub.add_parser(
+        "exits",
+        help="list the exits and gateways of a proxy list or config file",
+        description=(
+            "List the exits of a proxy list or of a config file (exitpool.toml): one row per exit, "
+            "and one per gateway with its slot count, token lifetime and next rotation. Passwords masked."
+        ),
+    )
+    _source(x)
 
     r = sub.add_parser(
         "report",
@@ -90,6 +100,67 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _source(p: argparse.ArgumentParser) -> None:
+    """Where the exits come from: a proxy list, or a config file (exits_file, [[exit]], [[gateway]])."""
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--exits", metavar="FILE", help="proxy list, one exit per line")
+    g.add_argument("--config", metavar="FILE", help="config file (exitpool.toml): its exits_file, [[exit]] and [[gateway]] tables")
+
+
+def _members(args: argparse.Namespace) -> List[Union[Exit, Gateway]]:
+    """The exits and gateways named on the command line, in the file's order."""
+    if args.exits is not None:
+        return list(load_exits(args.exits))
+    from ._config import from_config
+
+    return list(from_config(lambda members, **_: members, args.config))
+
+
+def _expanded(members: Sequence[Union[Exit, Gateway]], now: float) -> Tuple[List[Exit], Dict[str, Gateway]]:
+    """The exits the ring places keys on (a gateway's slots with their tokens now), and the
+    gateway of each slot id."""
+    exits: List[Exit] = []
+    gateway_of: Dict[str, Gateway] = {}
+    for m in members:
+        if isinstance(m, Gateway):
+            slots = m.exits(at=now)
+            exits.extend(slots)
+            gateway_of.update((e.exit_id, m) for e in slots)
+        else:
+            exits.append(m)
+    return exits, gateway_of
+
+
+def _source_name(args: argparse.Namespace) -> str:
+    return args.exits if args.exits is not None else args.config
+
+
+def _exits(args: argparse.Namespace) -> int:
+    """One row per exit and per gateway (never a slot's URL: its user name carries a token)."""
+    import time
+
+    now = time.time()
+    rows = [("ID", "KIND", "SLOTS", "LIFETIME", "NEXT ROTATION", "CAPACITY", "TAGS", "PROXY")]
+    for m in _members(args):
+        tags = " ".join(f"{k}={v}" for k, v in sorted(m.tags.items())) or "-"
+        if isinstance(m, Gateway):
+            lifetime = "never" if m.lifetime is None else f"{m.lifetime:g} s"
+            if m.lifetime is None:
+                rotation = "never"
+            else:
+                at, slot = min((m.rotates_at(s, at=now), s) for s in range(m.slots))
+                rotation = f"in {max(0.0, at - now):.0f} s ({m.slot_id(slot)})"
+            rows.append((m.gateway_id, "gateway", f"{m.slots:,}", lifetime, rotation, f"{m.capacity} per slot", tags, m.masked_proxy))
+        else:
+            rows.append((m.exit_id, "exit", "-", "-", "-", str(m.capacity), tags, m.masked_proxy))
+    if len(rows) == 1:
+        raise _Usage(f"{_source_name(args)}: no exits in the file")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(f"{c:<{w}}" for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     try:
         from . import _demo as demo
@@ -120,10 +191,16 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _assign(args: argparse.Namespace) -> int:
-    ring = Ring(load_exits(args.exits), replicas=args.replicas)
+    import time
+
+    exits, gateway_of = _expanded(_members(args), time.time())
+    ring = Ring(exits, replicas=args.replicas)
     width = max(len(k) for k in args.keys)
     for key, exit in zip(args.keys, ring.assign_many(args.keys)):
-        print(f"{key:<{width}}  {exit.exit_id}  {exit.masked_proxy}")
+        # A slot is shown by its gateway: its own URL carries the slot's token.
+        g = gateway_of.get(exit.exit_id)
+        where = exit.masked_proxy if g is None else f"gateway {g.gateway_id} {g.masked_proxy}"
+        print(f"{key:<{width}}  {exit.exit_id}  {where}")
     return 0
 
 
@@ -137,13 +214,15 @@ def _churn(args: argparse.Namespace) -> int:
         raise _Usage(f"--keys must be at least 1, got {args.keys}")
     if args.add < 0:
         raise _Usage(f"--add must be 0 or more, got {args.add}")
-    before_exits = load_exits(args.exits)
+    import time
+
+    before_exits, _ = _expanded(_members(args), time.time())
     if not before_exits:
-        raise _Usage(f"{args.exits}: no exits in the file")
+        raise _Usage(f"{_source_name(args)}: no exits in the file")
     ids = [e.exit_id for e in before_exits]
     missing = [r for r in args.remove if r not in ids]
     if missing:
-        raise _Usage(f"--remove {missing[0]!r}: no exit with that id in {args.exits}")
+        raise _Usage(f"--remove {missing[0]!r}: no exit with that id in {_source_name(args)}")
     if not args.add and not args.remove:
         raise _Usage("nothing changes: give --add N and/or --remove ID")
 
@@ -252,7 +331,7 @@ class _Usage(Exception):
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"assign": _assign, "churn": _churn, "report": _report, "demo": _demo}[args.command](args)
+        return {"assign": _assign, "churn": _churn, "exits": _exits, "report": _report, "demo": _demo}[args.command](args)
     except (_Usage, Error, OSError) as e:
         print(f"exitpool: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """``Pool.from_config("exitpool.toml")``: a pool from a TOML file.
 
 The file holds the keywords of ``Pool(...)`` at its top level, and the exits as a proxy-list
-file (``exits_file``, relative to the TOML file) and/or ``[[exit]]`` tables. The core parses and
+file (``exits_file``, relative to the TOML file), ``[[exit]]`` tables and/or ``[[gateway]]``
+tables (the keywords of :class:`~exitpool.Gateway`). The core parses and
 type-checks it (``_core._ConfigFile``, TOML read with serde and spans); every mistake raises
 :class:`~exitpool.InvalidInput` as ``FILE:LINE: KEY: problem``, with credentials masked, and
 with ``.loc``, ``.file`` and ``.line`` as data. What stays here must be Python: reading the
@@ -14,7 +15,7 @@ import os
 import stat
 from typing import Any, Callable, List, Union
 
-from ._core import Exit, _ConfigFile, _mask_raw
+from ._core import Exit, Gateway, _ConfigFile, _mask_raw
 from ._errors import InvalidInput
 from ._exits import load_exits
 
@@ -47,7 +48,7 @@ def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **o
             listed = _read_exits_file(file.exits_file, name)
         except _ListError as e:
             raise file.error(["exits_file"], str(e)) from None
-    exits = file.exits(listed)
+    exits: List[Union[Exit, Gateway]] = file.exits(listed)
     options = file.options()
     options.update(overrides)
     try:

@@ -23,7 +23,6 @@ __all__ = [
     "_OUTCOMES",
     "Exit",
     "Gateway",
-    "GatewayPreset",
     "Ring",
     "Pool",
     "Lease",
@@ -215,7 +214,7 @@ class Gateway:
         username: Optional[str] = None,
         password: Optional[str] = None,
         lifetime: Optional[float] = None,
-        capacity: Optional[int] = None,
+        capacity: int = 1,
         tags: Optional[Mapping[str, str]] = None,
         preset: Optional[str] = None,
         margin: Optional[float] = None,
@@ -473,7 +472,7 @@ class _ConfigFile:
     def __new__(cls, name: str, raw: bytes) -> _ConfigFile: ...
     @property
     def exits_file(self) -> Optional[str]: ...
-    def exits(self, listed: List[Exit]) -> List[Exit]: ...
+    def exits(self, listed: List[Exit]) -> List[Union[Exit, Gateway]]: ...
     def options(self) -> Dict[str, Any]: ...
     def error(self, loc: List[str], problem: str) -> BaseException: ...
     def blame(self, e: BaseException, overrides: List[str]) -> BaseException: ...

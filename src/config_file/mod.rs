@@ -15,6 +15,7 @@ use spanned::{collect_lines, line_of, Node};
 
 use crate::error::Error;
 use crate::exit::{validate_capacity, validate_id, Exit};
+use crate::gateway::{Gateway, GatewaySpec};
 use crate::health::HealthConfig;
 use crate::mask::shown;
 use crate::proxy::ProxyUrl;
@@ -23,6 +24,7 @@ use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::marker::PhantomData;
 use toml::de::DeTable;
 
 /// A string setting whose wrong type is described by what the key holds, not "a string".
@@ -50,23 +52,34 @@ fn path_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::E
     d.deserialize_string(Text("a path (relative to this file)")).map(Some)
 }
 
-/// `exit` is only ever `[[exit]]` tables: `exit = 5` or a bare `[exit.tags]` is told so.
-fn exit_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<ExitTable>>, D::Error> {
-    struct Tables;
-    impl<'de> Visitor<'de> for Tables {
-        type Value = Vec<ExitTable>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("[[exit]] tables")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<ExitTable>, A::Error> {
-            let mut out = Vec::new();
-            while let Some(t) = seq.next_element()? {
-                out.push(t);
-            }
-            Ok(out)
-        }
+/// An array of tables (`[[exit]]`, `[[gateway]]`), named so in a wrong-type message: `exit = 5`
+/// or a bare `[exit.tags]` is told what the key holds.
+struct Tables<T>(&'static str, PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Tables<T> {
+    type Value = Vec<T>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
     }
-    d.deserialize_seq(Tables).map(Some)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(t) = seq.next_element()? {
+            out.push(t);
+        }
+        Ok(out)
+    }
+}
+
+fn exit_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<ExitTable>>, D::Error> {
+    d.deserialize_seq(Tables("[[exit]] tables", PhantomData)).map(Some)
+}
+
+fn gateway_tables<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<Vec<GatewayTable>>, D::Error> {
+    d.deserialize_seq(Tables("[[gateway]] tables", PhantomData)).map(Some)
+}
+
+fn template_text<'de, D: de::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    d.deserialize_string(Text("a template string ({user}, {password}, {session}, {lifetime}, {TAG})")).map(Some)
 }
 
 /// `warmup = true`, `warmup = 1800` (a ramp in seconds) or a `[warmup]` table.
@@ -126,6 +139,30 @@ pub struct Settings {
     pub exits_file: Option<String>,
     #[serde(default, deserialize_with = "exit_tables")]
     pub exit: Option<Vec<ExitTable>>,
+    #[serde(default, deserialize_with = "gateway_tables")]
+    pub gateway: Option<Vec<GatewayTable>>,
+}
+
+/// A `[[gateway]]` table: the keywords of `Gateway(...)`, judged by the core's `Gateway::new`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayTable {
+    pub id: Option<String>,
+    #[serde(default, deserialize_with = "proxy_url")]
+    pub proxy: Option<String>,
+    pub slots: Option<i128>,
+    #[serde(default, deserialize_with = "template_text")]
+    pub username: Option<String>,
+    #[serde(default, deserialize_with = "template_text")]
+    pub password: Option<String>,
+    pub lifetime: Option<f64>,
+    pub margin: Option<f64>,
+    pub capacity: Option<i128>,
+    pub tags: Option<BTreeMap<String, String>>,
+    pub preset: Option<String>,
+    pub rebind: Option<bool>,
+    pub session_alphabet: Option<String>,
+    pub session_length: Option<i128>,
 }
 
 /// An `[[exit]]` table as written; each field is judged by the core on its own, so that an
@@ -147,6 +184,8 @@ pub struct ExitTable {
 pub struct ConfigFile {
     pub settings: Settings,
     pub exits: Vec<Exit>,
+    /// The `[[gateway]]` tables, as written (for `Gateway`'s pickling) and as checked.
+    pub gateways: Vec<(GatewaySpec, Gateway)>,
     lines: HashMap<Vec<Seg>, usize>,
 }
 
@@ -166,10 +205,15 @@ impl ConfigFile {
         collect_lines(text, doc.get_ref(), &mut Vec::new(), &mut lines);
         let mut settings = Settings::deserialize(Node::table(text, &doc))?;
         let exits = settings.exit.take().unwrap_or_default();
-        let mut file = ConfigFile { settings, exits: Vec::new(), lines };
+        let gateways = settings.gateway.take().unwrap_or_default();
+        let mut file = ConfigFile { settings, exits: Vec::new(), gateways: Vec::new(), lines };
         for (i, table) in exits.into_iter().enumerate() {
             let exit = file.exit(i, table)?;
             file.exits.push(exit);
+        }
+        for (i, table) in gateways.into_iter().enumerate() {
+            let gateway = file.gateway(i, table)?;
+            file.gateways.push(gateway);
         }
         Ok(file)
     }
@@ -201,25 +245,79 @@ impl ConfigFile {
         self.at(own, s.message[s.problem_at..].to_owned())
     }
 
-    /// The exits of the file: those of `exits_file` (read by the caller) then the tables'; an
-    /// id used twice, or no exit at all, is an error.
+    /// The exits of the file: those of `exits_file` (read by the caller) then the tables'; the
+    /// gateways are [`ConfigFile::gateways`]. An id used twice (a gateway's slot ids
+    /// `"{id}-{n}"` included, and a gateway id given twice), or no exit at all, is an error
+    /// naming both places.
     pub fn all_exits(&self, listed: Vec<Exit>) -> Result<Vec<Exit>, Located> {
-        let mut seen: HashMap<String, Vec<Seg>> = HashMap::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
         let from_list = listed.len();
         let mut out = listed;
         out.extend(self.exits.iter().cloned());
         for (n, e) in out.iter().enumerate() {
             let loc = if n < from_list { vec![key("exits_file")] } else { vec![key("exit"), Seg::Index(n - from_list)] };
             if let Some(first) = seen.get(&e.id) {
-                return Err(self.at(loc, format!("duplicate exit id {} (also at {})", shown(&e.id), dotted(first))));
+                return Err(self.at(loc, format!("duplicate exit id {} (also at {first})", shown(&e.id))));
             }
-            seen.insert(e.id.clone(), loc);
+            seen.insert(e.id.clone(), dotted(&loc));
         }
-        if out.is_empty() {
+        let mut gateway_ids: HashMap<&str, String> = HashMap::new();
+        for (i, (_, g)) in self.gateways.iter().enumerate() {
+            let loc = vec![key("gateway"), Seg::Index(i)];
+            let here = dotted(&loc);
+            if let Some(first) = gateway_ids.insert(&g.id, here.clone()) {
+                return Err(self.at(loc, format!("duplicate gateway id {} (also at {first})", shown(&g.id))));
+            }
+            for slot in 0..g.slots {
+                let id = g.slot_id(slot);
+                let this = format!("{here}, slot {slot} of gateway {}", shown(&g.id));
+                if let Some(first) = seen.insert(id.clone(), this.clone()) {
+                    return Err(self.at(loc, format!("duplicate exit id {} ({this}; also at {first})", shown(&id))));
+                }
+            }
+        }
+        if out.is_empty() && self.gateways.is_empty() {
             let loc = if self.settings.exits_file.is_some() { vec![key("exits_file")] } else { Vec::new() };
-            return Err(self.at(loc, "no exits: set exits_file or add [[exit]] tables"));
+            return Err(self.at(loc, "no exits: set exits_file or add [[exit]] or [[gateway]] tables"));
         }
         Ok(out)
+    }
+
+    /// A `[[gateway]]` table as the core's `Gateway`; a refusal is placed at the key it is about.
+    fn gateway(&self, i: usize, t: GatewayTable) -> Result<(GatewaySpec, Gateway), Located> {
+        let table = || vec![key("gateway"), Seg::Index(i)];
+        let at = |field: &str| vec![key("gateway"), Seg::Index(i), key(field)];
+        let (Some(id), Some(proxy)) = (t.id, t.proxy) else {
+            return Err(self.at(table(), "needs an id and a proxy (the gateway's URL: http, https, socks5 or socks5h)"));
+        };
+        ProxyUrl::parse(&proxy).map_err(|e| self.at(at("proxy"), without_key(e)))?;
+        let Some(slots) = t.slots else { return Err(self.at(table(), "needs slots (how many sticky sessions it holds)")) };
+        // Counts stay wide until here; the core names its own range for any i64.
+        let count = |n: Option<i128>| n.map(|n| n.clamp(i64::MIN.into(), i64::MAX.into()) as i64);
+        let spec = GatewaySpec {
+            id,
+            proxy,
+            slots: count(Some(slots)).unwrap_or_default(),
+            username: t.username,
+            password: t.password,
+            lifetime: t.lifetime,
+            margin: t.margin,
+            capacity: count(t.capacity).unwrap_or(1),
+            tags: t.tags.unwrap_or_default().into_iter().collect(),
+            preset: t.preset,
+            session_alphabet: t.session_alphabet,
+            session_length: count(t.session_length),
+            rebind: t.rebind.unwrap_or(false),
+        };
+        match Gateway::new(spec.clone()) {
+            Ok(g) => Ok((spec, g)),
+            Err(e) => {
+                let message = e.to_string();
+                let field = gateway_field(&message);
+                let loc = if self.wrote(&at(field)) { at(field) } else { table() };
+                Err(self.at(loc, message))
+            }
+        }
     }
 
     fn exit(&self, i: usize, t: ExitTable) -> Result<Exit, Located> {
@@ -252,6 +350,22 @@ impl ConfigFile {
         Exit::new(&id, &proxy, None, capacity.into(), tags.clone())
             .map_err(|e| self.at(vec![key("exit"), Seg::Index(i)], e.to_string()))?;
         Exit::new(&id, &proxy, t.ip.as_deref(), capacity.into(), tags).map_err(|e| fail("ip", e))
+    }
+}
+
+/// The `[[gateway]]` key a refusal of `Gateway::new` is about, from the words it starts with
+/// after the gateway's name (`gateway "resi": margin 600 must be ...`).
+fn gateway_field(message: &str) -> &'static str {
+    let problem = message.split_once("\": ").map_or(message, |(_, p)| p);
+    let problem = problem.strip_prefix("the ").unwrap_or(problem);
+    const FIELDS: [&str; 10] =
+        ["slots ", "capacity", "preset", "lifetime", "margin", "session_alphabet", "session_length", "username", "password", "gateway id"];
+    match FIELDS.iter().find(|f| problem.starts_with(**f)) {
+        Some(&"gateway id") => "id",
+        Some(f) => f.trim_end(),
+        // "N slots but neither the username nor the password template has {session}".
+        None if problem.contains("slots but neither") => "username",
+        None => "id",
     }
 }
 
@@ -335,6 +449,74 @@ mod tests {
         assert_eq!(err("exits_file = [\"a\"]\n").2, "must be a path (relative to this file), got an array");
         assert_eq!(err("exit = 5\n").2, "must be [[exit]] tables, got 5");
         assert_eq!(err("[exit.tags]\na = \"b\"\n").2, "must be [[exit]] tables, got a table");
+        assert_eq!(err("gateway = \"gw\"\n").2, "must be [[gateway]] tables, got the string \"gw\"");
+    }
+
+    const GATEWAY: &str = "[[exit]]\nid = \"dc-1\"\nproxy = \"http://10.0.0.7:3128\"\n\n[[gateway]]\nid = \"resi\"\n\
+        proxy = \"http://customer-c1:s3cret@gw.provider.example:7777\"\nslots = 3\n\
+        username = \"{user}-cc-{country}-session-{session}\"\nlifetime = 600\nmargin = 30\ncapacity = 2\n\
+        rebind = true\nsession_alphabet = \"lower\"\nsession_length = 12\ntags = { country = \"de\" }\n";
+
+    #[test]
+    fn a_gateway_table_takes_every_keyword_of_gateway() {
+        let f = ConfigFile::parse(GATEWAY).unwrap();
+        let (spec, g) = &f.gateways[0];
+        assert_eq!(
+            (g.id.as_str(), g.slots, g.lifetime, g.margin, g.capacity, g.rebind, g.length),
+            ("resi", 3, Some(600.0), 30.0, 2, true, 12)
+        );
+        assert_eq!(g.alphabet.name(), "lower");
+        assert_eq!(spec.tags, [("country".to_owned(), "de".to_owned())]);
+        let exit = g.slot_exit(1, 7, 0);
+        assert_eq!(exit.proxy.username().unwrap(), format!("customer-c1-cc-de-session-{}", g.token(1, 7)));
+        let all = f.all_exits(Vec::new()).unwrap();
+        assert_eq!(all.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["dc-1"]);
+        let preset = "[[gateway]]\nid = \"ox\"\nproxy = \"http://c:pw@pr.oxylabs.io:7777\"\nslots = 2\npreset = \"oxylabs\"\n";
+        let f = ConfigFile::parse(preset).unwrap();
+        assert_eq!(f.gateways[0].1.lifetime, Some(600.0));
+        assert!(f.all_exits(Vec::new()).unwrap().is_empty(), "a file of gateways alone has exits enough");
+    }
+
+    #[test]
+    fn a_bad_gateway_value_names_its_key_and_line_with_the_password_masked() {
+        let cases: [(&str, &str, &str, usize, &str); 9] = [
+            ("slots = 3", "slots = 0", "gateway[0].slots", 8, "slots 0 is outside 1..=100000"),
+            ("margin = 30", "margin = 600", "gateway[0].margin", 11, "margin 600 must be"),
+            ("lifetime = 600", "lifetime = 0.5", "gateway[0].lifetime", 10, "lifetime 0.5 must be"),
+            ("capacity = 2", "capacity = 0", "gateway[0].capacity", 12, "capacity 0 is outside"),
+            ("session_length = 12", "session_length = 99", "gateway[0].session_length", 15, "session_length 99 is outside"),
+            ("session_alphabet = \"lower\"", "session_alphabet = \"hex\"", "gateway[0].session_alphabet", 14, "session_alphabet \"hex\""),
+            ("-session-{session}", "-{city}-{session}", "gateway[0].username", 9, "names the tag {city}"),
+            ("slots = 3", "slots = 3\npreset = \"nope\"", "gateway[0].preset", 9, "preset \"nope\" is not one of"),
+            ("gw.provider.example:7777", "gw.provider.example:99999", "gateway[0].proxy", 7, "99999"),
+        ];
+        for (from, to, loc, line, needle) in cases {
+            let (l, n, problem) = err(&GATEWAY.replace(from, to));
+            assert_eq!((l.as_str(), n), (loc, Some(line)), "{problem}");
+            assert!(problem.contains(needle) && !problem.contains("s3cret"), "{needle:?} not in {problem:?}");
+        }
+        let (l, n, problem) = err(&GATEWAY.replace("slots = 3", "slots = 3\npassword = \"s3cret_{bad name}\""));
+        assert_eq!((l.as_str(), n), ("gateway[0].password", Some(9)));
+        assert!(problem.contains("password template: unknown placeholder") && !problem.contains("s3cret"), "{problem}");
+        let (l, _, problem) = err(&GATEWAY.replace("slots = 3", "slots = \"3\""));
+        assert_eq!((l.as_str(), problem.as_str()), ("gateway[0].slots", "must be a whole number, got the string \"3\""));
+        let (l, _, problem) = err(&GATEWAY.replace("rebind = true", "rebnd = true"));
+        assert!(l == "gateway[0].rebnd" && problem.contains("session_alphabet"), "{problem}");
+        assert_eq!(err(&GATEWAY.replace("slots = 3\n", "")).0, "gateway[0]");
+    }
+
+    #[test]
+    fn an_id_used_twice_across_exits_and_gateways_names_both() {
+        let f = ConfigFile::parse(&GATEWAY.replace("\"dc-1\"", "\"resi-2\"")).unwrap();
+        let e = f.all_exits(Vec::new()).unwrap_err();
+        assert_eq!((dotted(&e.loc), e.line), ("gateway[0]".into(), Some(5)));
+        assert_eq!(e.problem, "duplicate exit id \"resi-2\" (gateway[0], slot 2 of gateway \"resi\"; also at exit[0])");
+        let twice = format!("{GATEWAY}{}", &GATEWAY[GATEWAY.find("[[gateway]]").unwrap()..]);
+        let e = ConfigFile::parse(&twice).unwrap().all_exits(Vec::new()).unwrap_err();
+        assert_eq!((dotted(&e.loc), e.problem.as_str()), ("gateway[1]".into(), "duplicate gateway id \"resi\" (also at gateway[0])"));
+        let listed = vec![Exit::new("resi-0", "http://10.0.0.9:1", None, 1, Vec::new()).unwrap()];
+        let e = ConfigFile::parse(GATEWAY).unwrap().all_exits(listed).unwrap_err();
+        assert!(e.problem.ends_with("also at exits_file)"), "{}", e.problem);
     }
 
     #[test]

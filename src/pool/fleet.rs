@@ -101,6 +101,7 @@ impl Pool {
             }
         };
         let mut candidates = vec![st.exits[h as usize].exit.clone()];
+        let mut token = st.token_rule(h);
         if key.is_none() {
             st.fallbacks(view, h, site_id, &avoid, now, &mut candidates);
         }
@@ -112,7 +113,8 @@ impl Pool {
         // that exit, after this worker has checked the exit can serve here.
         for _ in 0..2 {
             let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
-            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, renew, warmup };
+            let (generation, rebind) = token;
+            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, renew, warmup, generation, rebind };
             let taken = fl.store.take(&take);
             if !self.heard(fl, taken.as_ref().map(drop).map_err(Clone::clone), now) {
                 return None;
@@ -124,11 +126,19 @@ impl Pool {
                         Ok((h2, c2)) => {
                             (h, choice) = (h2, c2);
                             candidates = vec![st.exits[h2 as usize].exit.clone()];
+                            token = st.token_rule(h2);
                         }
                         Err(r) => return Some(Err(r)),
                     }
                 }
                 Taken::Full { .. } => return Some(Err(Refusal::Full)),
+                // The fleet's session of the key was bound in an older token: the store ended
+                // it, once, for every worker; this worker's copy ends with it.
+                Taken::Rotated { exit } => {
+                    let st = &mut *self.state.lock();
+                    let Some(&h) = st.by_id.get(&exit) else { return Some(Err(Refusal::Full)) };
+                    return Some(Err(st.session_rotated(key.unwrap_or_default(), h, site_id, now)));
+                }
                 Taken::WarmingUp { exit, wait } => {
                     let mut st = self.state.lock();
                     let eh = st.by_id.get(&exit).copied();
@@ -151,8 +161,10 @@ impl Pool {
                             // The lease, and a new session, get the slot's token current now.
                             st.refresh(h, now);
                             if let Some(key) = key {
-                                if st.sessions.live(key, now).is_some_and(|s| s.exit != h) {
-                                    // Another worker bound this key meanwhile: the fleet's binding wins.
+                                if st.sessions.live(key, now).is_some_and(|s| s.exit != h || !session) {
+                                    // Another worker bound this key meanwhile (the fleet's binding
+                                    // wins), or the fleet's binding is new: this copy is bound
+                                    // afresh, in the slot's token now.
                                     st.sessions.end(key);
                                 }
                                 // Unrenewed, the fleet's copy kept its expiry: so does this one.
@@ -308,6 +320,14 @@ impl Pool {
 }
 
 impl State {
+    /// Exit `h`'s token generation (0 for a plain exit) and whether its gateway rebinds
+    /// quietly: what the store checks a key's session against.
+    fn token_rule(&self, h: u32) -> (u64, bool) {
+        let slot = &self.exits[h as usize];
+        let rebind = slot.exit.gateway.is_some_and(|l| self.gateways[l.gateway as usize].rebind);
+        (slot.generation, rebind)
+    }
+
     /// Other members of the view that could take a keyless lease for the site, fewest local
     /// leases first, for the store to try when the pick is full fleet-wide.
     pub(super) fn fallbacks(&self, view: u32, picked: u32, site: u32, avoid: &[u32], now: f64, out: &mut Vec<Arc<Exit>>) {
@@ -345,7 +365,7 @@ impl State {
         };
         match key {
             None => Ok((h, choice)),
-            // The store keeps no token generation (yet): a rotation is not checked here.
+            // The token generation is the store's to check (`Take::generation`).
             Some(key) => Ok((self.session_exit(view, key, h, None, site, now)?, Choice::Session)),
         }
     }

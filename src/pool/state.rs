@@ -658,12 +658,19 @@ impl State {
         if !self.token_gone(key, h, generation, now) {
             return self.session_exit(view, key, h, None, site, now);
         }
+        Err(self.session_rotated(key, h, site, now))
+    }
+
+    /// Ends `key`'s session on exit `h`, whose token rotated since it was bound, and says so.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn session_rotated(&mut self, key: &str, h: u32, site: u32, now: f64) -> Refusal {
         self.sessions.end(key);
         let exit_id = self.exits[h as usize].exit.id.clone();
         let msg =
             format!("session of key {key:?}: {TOKEN_ROTATED}; it ended, and the key's next lease binds afresh on the slot's new token");
         self.board.events.push(now, EventKind::SessionLost, Some(h), (site != 0).then_some(site), msg);
-        Err(Refusal::SessionExitLost { key: key.to_owned(), exit_id, why: TOKEN_ROTATED })
+        Refusal::SessionExitLost { key: key.to_owned(), exit_id, why: TOKEN_ROTATED }
     }
 
     /// Moves exit `h` to its current token, and says whether `key`'s session, bound in

@@ -3,6 +3,7 @@
 
 use super::errors::{at_key, invalid_at, invalid_input, IntoPyResult};
 use super::exit::{extract_int, shown_int, PyExit};
+use super::gateway::PyGateway;
 use super::lease::shown_repr;
 use super::text::any_text;
 use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
@@ -205,11 +206,19 @@ impl PyConfigFile {
         self.file.settings.exits_file.clone()
     }
 
-    /// The exits of `exits_file` (read by the caller) followed by the `[[exit]]` tables'.
-    fn exits(&self, py: Python<'_>, listed: Vec<PyRef<'_, PyExit>>) -> PyResult<Vec<PyExit>> {
+    /// The exits of `exits_file` (read by the caller), the `[[exit]]` tables', then the
+    /// `[[gateway]]` tables' gateways: what `Pool(...)` takes.
+    fn exits<'py>(&self, py: Python<'py>, listed: Vec<PyRef<'_, PyExit>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let listed = listed.iter().map(|e| (*e.inner).clone()).collect();
         let all = self.file.all_exits(listed).map_err(|l| located(py, &self.name, &l))?;
-        Ok(all.into_iter().map(PyExit::wrap).collect())
+        let mut out = Vec::with_capacity(all.len() + self.file.gateways.len());
+        for e in all {
+            out.push(Bound::new(py, PyExit::wrap(e))?.into_any());
+        }
+        for (spec, g) in &self.file.gateways {
+            out.push(Bound::new(py, PyGateway::wrap(spec.clone(), g.clone()))?.into_any());
+        }
+        Ok(out)
     }
 
     /// The keywords of `Pool(...)` the file wrote, as Python values.

@@ -23,6 +23,11 @@ fn unix_now() -> f64 {
 }
 
 impl PyGateway {
+    /// A gateway the core checked (a config file's `[[gateway]]`), with what was written.
+    pub fn wrap(spec: GatewaySpec, inner: Gateway) -> PyGateway {
+        PyGateway { inner: Arc::new(inner), spec }
+    }
+
     fn slot(&self, py: Python<'_>, slot: &Bound<'_, PyAny>) -> PyResult<u32> {
         let last = i128::from(self.inner.slots) - 1;
         Ok(extract_int(py, slot, "slot", 0..=last, &format!(" (gateway {:?} has {} slots)", self.inner.id, self.inner.slots))? as u32)

@@ -15,8 +15,7 @@ struct Tables {
     seq: u64,
     /// Exit -> live leases (id, expiry).
     leases: HashMap<String, Vec<(u64, f64)>>,
-    /// Key -> (exit, expiry).
-    sessions: HashMap<String, (String, f64)>,
+    sessions: HashMap<String, Bound>,
     pairings: HashMap<(String, String), Pairing>,
     vseq: u64,
     /// (exit, site) -> (verdict, when its hold ends).
@@ -24,6 +23,14 @@ struct Tables {
     /// Site ("" for tunnels) -> exit -> until.
     ejected: HashMap<String, HashMap<String, f64>>,
     counts: HashMap<String, ExitCounts>,
+}
+
+/// A key's session: its exit, the exit's token generation it was bound in, its expiry.
+#[derive(Clone)]
+struct Bound {
+    exit: String,
+    generation: u64,
+    expires: f64,
 }
 
 pub struct MemoryStore {
@@ -78,13 +85,22 @@ impl Store for MemoryStore {
     fn take(&self, t: &Take<'_>) -> StoreResult<Taken> {
         let now = self.clock.now();
         let mut st = self.state.lock();
-        let bound = t.key.and_then(|k| st.sessions.get(k).filter(|s| s.1 > now).map(|s| s.0.clone()));
-        let session = bound.is_some();
-        if let (Some(exit), Some(first)) = (&bound, t.candidates.first()) {
-            if exit != first {
-                return Ok(Taken::Elsewhere { exit: exit.clone() });
+        let live = t.key.and_then(|k| st.sessions.get(k).filter(|s| s.expires > now).cloned());
+        let session = live.is_some();
+        let mut regenerate = false;
+        if let (Some(s), Some(first)) = (&live, t.candidates.first()) {
+            if s.exit != *first {
+                return Ok(Taken::Elsewhere { exit: s.exit.clone() });
+            }
+            if s.generation < t.generation {
+                if !t.rebind {
+                    st.sessions.remove(t.key.unwrap_or_default());
+                    return Ok(Taken::Rotated { exit: s.exit.clone() });
+                }
+                regenerate = true;
             }
         }
+        let bound = live.map(|s| s.exit);
         let exit = match bound {
             Some(e) => e,
             None => match t.candidates.first() {
@@ -107,8 +123,9 @@ impl Store for MemoryStore {
                 };
             }
             let lease = st.take_slot(&exit, t.lease_ttl, now);
-            if let (Some(key), true) = (t.key, t.renew || !session) {
-                st.sessions.insert(key.to_owned(), (exit.clone(), now + t.session_ttl));
+            if let (Some(key), true) = (t.key, t.renew || !session || regenerate) {
+                let expires = now + t.session_ttl;
+                st.sessions.insert(key.to_owned(), Bound { exit: exit.clone(), generation: t.generation, expires });
             }
             return Ok(Taken::Granted { exit, lease, session });
         }
@@ -129,12 +146,12 @@ impl Store for MemoryStore {
 
     fn session(&self, key: &str) -> StoreResult<Option<String>> {
         let now = self.clock.now();
-        Ok(self.state.lock().sessions.get(key).filter(|s| s.1 > now).map(|s| s.0.clone()))
+        Ok(self.state.lock().sessions.get(key).filter(|s| s.expires > now).map(|s| s.exit.clone()))
     }
 
     fn end_session(&self, key: &str) -> StoreResult<bool> {
         let now = self.clock.now();
-        Ok(self.state.lock().sessions.remove(key).is_some_and(|s| s.1 > now))
+        Ok(self.state.lock().sessions.remove(key).is_some_and(|s| s.expires > now))
     }
 
     fn publish(&self, v: &Verdict, cap: u32) -> StoreResult<bool> {

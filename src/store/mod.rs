@@ -41,6 +41,12 @@ pub struct Take<'a> {
     /// saves the store a write, and the session lapses at most that slack early.
     pub renew: bool,
     pub warmup: Option<WarmupConfig>,
+    /// The token generation of the first candidate (a gateway slot's; 0 for a plain exit),
+    /// stored with a session bound there. A live session on it bound in an older generation
+    /// lost its provider session with its token: it ends (`Rotated`), once, for the fleet.
+    pub generation: u64,
+    /// With `generation`: a session whose token rotated moves to the new one quietly instead.
+    pub rebind: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +61,9 @@ pub enum Taken {
     Elsewhere { exit: String },
     /// The pairing of key and exit is new and must wait this long (warm-up).
     WarmingUp { exit: String, wait: f64 },
+    /// The key's session on `exit` was bound in an older token generation than the take's:
+    /// the store ended it (nothing taken); the key's next take binds afresh.
+    Rotated { exit: String },
 }
 
 /// A health verdict one worker reached, for every worker to apply.

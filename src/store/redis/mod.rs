@@ -382,10 +382,11 @@ impl Store for RedisStore {
         // Without a ceiling, one take in 64 reclaims the exit's expired leases.
         let reclaim = if id % 64 == 0 { "1" } else { "0" };
         let backs = s.drain();
-        let mut cmd = Packed::new(15 + 3 * backs.len() + t.candidates.len());
+        let mut cmd = Packed::new(17 + 3 * backs.len() + t.candidates.len());
         cmd.arg("EVALSHA").arg(s.scripts.take.get_hash()).arg("0").arg(&s.prefix).arg(t.key.unwrap_or(""));
         cmd.num(t.max_leases.unwrap_or(0)).num(ms(t.lease_ttl)).num(ms(t.session_ttl)).num(ramp).num(interval).num(horizon);
-        cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" }).num(backs.len());
+        cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" });
+        cmd.num(t.generation).arg(if t.rebind { "1" } else { "0" }).num(backs.len());
         for hb in &backs {
             cmd.arg(&hb.exit).num(hb.lease).arg(hb.outcome);
         }
@@ -420,6 +421,7 @@ impl Store for RedisStore {
             }
             Some(b"full") => Ok(Taken::Full { exit: text(1) }),
             Some(b"elsewhere") => Ok(Taken::Elsewhere { exit: text(1).ok_or_else(|| bad("take"))? }),
+            Some(b"rotated") => Ok(Taken::Rotated { exit: text(1).ok_or_else(|| bad("take"))? }),
             Some(b"warm") => {
                 let (Some(exit), Some(wait)) = (text(1), text(2)) else { return Err(bad("take")) };
                 let wait: f64 = wait.parse().map_err(|_| bad("take"))?;
@@ -455,7 +457,12 @@ impl Store for RedisStore {
 
     fn session(&self, key: &str) -> StoreResult<Option<String>> {
         let k = format!("{}sess:{key}", self.inner.prefix);
-        self.inner.with(|con| redis::cmd("GET").arg(&k).query(con))
+        let bound: Option<String> = self.inner.with(|con| redis::cmd("GET").arg(&k).query(con))?;
+        // A gateway slot's session carries its token generation after the exit (take.lua).
+        Ok(bound.map(|b| match b.split_once('\u{1}') {
+            Some((exit, _)) => exit.to_owned(),
+            None => b,
+        }))
     }
 
     fn end_session(&self, key: &str) -> StoreResult<bool> {

@@ -4,18 +4,24 @@
 -- ARGV: prefix, key ('' for keyless), max (0: none), lease_ttl, session_ttl,
 --       ramp, interval, horizon (ramp 0: no warm-up), id (the new lease's, chosen by the
 --       worker), reclaim ('1': reclaim expired leases even without a ceiling), renew ('0': a
---       live session need not be extended), n (hand-backs), n times {exit, id, outcome},
---       candidates...
+--       live session need not be extended), generation (the first candidate's token
+--       generation, '0' for a plain exit), rebind ('1': a session of an older generation moves
+--       to this one quietly), n (hand-backs), n times {exit, id, outcome}, candidates...
 -- Returns {'ok', exit, session} | {'full', exit?} | {'warm', exit, wait_ms}
 --       | {'elsewhere', exit} (the key's session is on another exit: nothing taken or extended)
+--       | {'rotated', exit} (the key's session there was bound in an older token generation:
+--         it is deleted, nothing taken; the key's next take binds afresh)
+-- A session is stored as its exit, followed by "\1" and its generation when that is not 0
+-- (an exit id holds no control character).
 -- Numbers are converted only where they are used: a conversion costs the server about as
 -- much as a read command, and this script runs once per lease.
 local p, key, session_ttl = ARGV[1], ARGV[2], ARGV[5]
 local max = ARGV[3] ~= '0' and tonumber(ARGV[3])
-local id, reclaim_now, renew, backs = ARGV[9], ARGV[10] == '1', ARGV[11] == '1', tonumber(ARGV[12])
+local id, reclaim_now, renew = ARGV[9], ARGV[10] == '1', ARGV[11] == '1'
+local generation, rebind, backs = ARGV[12], ARGV[13] == '1', tonumber(ARGV[14])
 local now = now_ms()
-for i = 13, 12 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
-local first = 13 + 3 * backs
+for i = 15, 14 + 3 * backs, 3 do end_lease(p, ARGV[i], ARGV[i + 1], ARGV[i + 2], now) end
+local first = 15 + 3 * backs
 
 -- Expired leases (a crashed worker's) are reclaimed when they would make the exit look full:
 -- the common case, room under the ceiling, costs one ZCARD.
@@ -40,8 +46,19 @@ if key ~= '' then
   local session = '1'
   if not exit then
     exit, session = ARGV[first], '0'
-  elseif exit ~= ARGV[first] then
-    return {'elsewhere', exit}
+  else
+    -- A plain find: a session of a plain exit (no generation) costs no pattern match.
+    local cut, g = string.find(exit, '\1', 1, true), '0'
+    if cut then exit, g = string.sub(exit, 1, cut - 1), string.sub(exit, cut + 1) end
+    if exit ~= ARGV[first] then return {'elsewhere', exit} end
+    -- A token older than the worker's: the provider's session is over, so is this one.
+    if generation ~= '0' and tonumber(g) < tonumber(generation) then
+      if not rebind then
+        redis.call('DEL', sk)
+        return {'rotated', exit}
+      end
+      renew = true
+    end
   end
   if not exit then return {'full'} end
   if not room(exit) then return {'full', exit} end
@@ -66,7 +83,10 @@ if key ~= '' then
     redis.call('PEXPIRE', pk, horizon + 1000)
   end
   take(exit)
-  if renew or session == '0' then redis.call('SET', sk, exit, 'PX', session_ttl) end
+  if renew or session == '0' then
+    local value = generation == '0' and exit or (exit .. '\1' .. generation)
+    redis.call('SET', sk, value, 'PX', session_ttl)
+  end
   return {'ok', exit, session}
 end
 
