@@ -38,6 +38,55 @@ pub struct ExitRecord {
     pub tally: Tally,
     /// The share of its capacity the exit gets now (health and adaptive weight).
     pub weight: f64,
+    /// A gateway slot's token: `None` for a plain exit.
+    pub token: Option<SlotToken>,
+}
+
+/// A gateway slot's token as a snapshot shows it: which generation, when it next rotates,
+/// and the IP a probe saw through it. Never the token's credentials (the exit's proxy URL,
+/// masked, carries the token where the username holds it).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotToken {
+    /// Index into `Snapshot::gateways`.
+    pub gateway: u32,
+    pub generation: u64,
+    /// Pool clock; infinite for a token that never expires.
+    pub rotates_at: f64,
+    pub learned_ip: Option<std::net::IpAddr>,
+}
+
+/// One gateway: its settings, its breaker on the health board, and its slots summed.
+#[derive(Debug, Clone)]
+pub struct GatewayRecord {
+    pub gateway: Arc<crate::gateway::Gateway>,
+    /// The breaker's state: healthy, quarantined (every slot out) or probing (one trial).
+    pub state: Health,
+    /// Why it went out last: `None` while healthy.
+    pub cause: Option<&'static str>,
+    pub since: f64,
+    /// When a trial may go, while quarantined.
+    pub until: Option<f64>,
+    pub outages: u32,
+    pub credential_rejections: u64,
+    /// Slot failures charged to the gateway instead of the slot.
+    pub absorbed: u64,
+    pub out_seconds: f64,
+    /// Distinct slots failing to connect now, with no success since.
+    pub failing: u32,
+    /// Token rotations so far.
+    pub rotations: u64,
+    /// Its slots in the pool (one removed is no member any more).
+    pub members: u32,
+    /// While probing: the one trial lease is out.
+    pub trial_out: bool,
+    /// Its slots by their own breakers' state, in `Health::ALL` order.
+    pub states: [u32; 5],
+    pub benched: u32,
+    pub active: u64,
+    pub sessions: u64,
+    pub leases: u64,
+    /// The soonest rotation of any slot (pool clock); infinite when tokens never expire.
+    pub next_rotation: f64,
 }
 
 /// The name a state is shown by: "cooling" for an exit resting after a 429 (cooling ends by
@@ -155,6 +204,8 @@ pub struct Snapshot {
     pub groups: Option<Vec<(String, GroupFigures)>>,
     pub sites: Vec<SiteRecord>,
     pub pool: PoolFigures,
+    /// Every gateway, listed exits or not (indexed as the slots' `SlotToken::gateway`).
+    pub gateways: Vec<GatewayRecord>,
     pub sessions: usize,
     pub live_leases: usize,
     pub counts: Counts,
@@ -203,8 +254,9 @@ impl Pool {
         let (mut snap, listed, sessions_per_exit) = self.pool_figures(sel, now);
         // The first batch came with the pool-wide figures.
         for batch in listed[listed.len().min(EXITS_PER_HOLD)..].chunks(EXITS_PER_HOLD) {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             for &h in batch {
+                st.refresh(h, now);
                 st.copy_exit(h, now, sessions_per_exit[h as usize], &mut snap);
             }
             drop(st);
@@ -225,6 +277,13 @@ impl Pool {
             self.freed.notify_all();
         }
         guard.board.poll(now);
+        // Every slot shows the token it would lease with now, and the soonest rotation is
+        // one still to come: one comparison a slot whose token is current.
+        for h in 0..guard.exits.len() as u32 {
+            if !guard.exits[h as usize].removed {
+                guard.refresh(h, now);
+            }
+        }
         // Throughput is measured between marks at least a minute apart.
         let acquired = guard.counts.acquired;
         if now - guard.rate_mark.0 >= 60.0 {
@@ -269,6 +328,7 @@ impl Pool {
             st.board.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
         figures.global_incident = st.board.global_incident_open();
         let groups = sel.by_tag.as_deref().map(|tag| st.groups(&present, tag, &sessions_per_exit));
+        let gateways = st.gateway_records(&present, &sessions_per_exit, now);
         let snap = Snapshot {
             now,
             exits: Vec::new(),
@@ -276,6 +336,7 @@ impl Pool {
             groups,
             sites,
             pool: figures,
+            gateways,
             sessions: sessions_per_exit.iter().map(|&n| n as usize).sum(),
             live_leases: st.leases.live(),
             counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
@@ -327,6 +388,12 @@ impl State {
             sessions,
             tally: s.tally.clone(),
             weight: self.board.weight(h, 0),
+            token: s.exit.gateway.map(|link| SlotToken {
+                gateway: link.gateway,
+                generation: s.generation,
+                rotates_at: s.rotates_at,
+                learned_ip: s.learned_ip,
+            }),
         });
         for (site, record) in (1u32..).zip(&mut snap.sites) {
             let tally = self.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)).filter(|t| t.reports() > 0);
@@ -408,5 +475,56 @@ impl State {
             }
         }
         groups.into_iter().map(|(k, g)| (k.to_string(), g)).collect()
+    }
+
+    /// Every gateway's breaker and its present slots summed: one pass over the exits.
+    fn gateway_records(&self, present: &[u32], sessions_per_exit: &[u32], now: f64) -> Vec<GatewayRecord> {
+        let mut records: Vec<GatewayRecord> = self
+            .gateways
+            .iter()
+            .zip(&self.gateway_books)
+            .map(|(gw, book)| {
+                let grp = self.board.group(book.group).expect("every gateway has its group");
+                debug_assert_eq!(grp.name(), gw.id, "a gateway's group is named after it");
+                let out = grp.state() != Health::Healthy;
+                GatewayRecord {
+                    gateway: gw.clone(),
+                    state: grp.state(),
+                    cause: out.then(|| grp.cause().name()),
+                    since: grp.since(),
+                    until: (grp.state() == Health::Quarantined).then(|| grp.until()),
+                    outages: grp.outages,
+                    credential_rejections: grp.credential_rejections,
+                    absorbed: grp.absorbed,
+                    out_seconds: grp.total_out(now),
+                    failing: grp.failing(),
+                    rotations: book.rotations,
+                    members: grp.members(),
+                    trial_out: grp.trial_out(),
+                    states: [0; 5],
+                    benched: 0,
+                    active: 0,
+                    sessions: 0,
+                    leases: 0,
+                    next_rotation: f64::INFINITY,
+                }
+            })
+            .collect();
+        debug_assert_eq!(self.board.group_count() as usize, records.len(), "groups are gateways");
+        if records.is_empty() {
+            return records;
+        }
+        for &h in present {
+            let s = &self.exits[h as usize];
+            let Some(link) = s.exit.gateway else { continue };
+            let r = &mut records[link.gateway as usize];
+            r.states[state_rank(self.board.tunnel_breaker(h).state())] += 1;
+            r.benched += s.benched as u32;
+            r.active += s.active as u64;
+            r.sessions += sessions_per_exit[h as usize] as u64;
+            r.leases += s.tally.leases;
+            r.next_rotation = r.next_rotation.min(s.rotates_at);
+        }
+        records
     }
 }
