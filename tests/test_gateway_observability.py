@@ -124,3 +124,17 @@ def test_no_password_and_no_token_in_a_password_appears():
     assert "s3cret" not in text
     for n in range(3):
         assert ipr.token(n, at=clock.now()) not in text
+
+
+def test_slots_false_lists_plain_exits_only_and_a_bad_value_is_refused():
+    import pytest
+
+    from exitpool import InvalidInput
+
+    pool, clock, _, _ = pool_of()
+    snap = pool.snapshot(slots=False)
+    assert [e["exit_id"] for e in snap["exits"]] == ["dc-1"] and snap["matrix"]["exits"] == ["dc-1"]
+    assert [g["slots"] for g in snap["gateways"]] == [6, 3], "the gateways still sum their slots"
+    assert len(pool.snapshot(slots=True)["exits"]) == 10
+    with pytest.raises(InvalidInput, match="snapshot slots must be True or False, got a str"):
+        pool.snapshot(slots="no")

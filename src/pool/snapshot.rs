@@ -133,7 +133,7 @@ pub struct SiteRecord {
 /// Which exits a snapshot lists (gives a record and a matrix row of their own). The pool-wide
 /// figures, the per-site totals and the groups always cover every exit: a dashboard that
 /// polls asks for the few exits it shows and still gets the whole pool's counts.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Selection {
     /// Only exits whose (tunnel) state is one of these; empty: any state.
     pub states: Vec<Health>,
@@ -148,6 +148,16 @@ pub struct Selection {
     pub limit: Option<usize>,
     /// Sum the exits' figures by the value of this tag (`Snapshot::groups`).
     pub by_tag: Option<String>,
+    /// List gateway slots too; `false`: plain exits only (each gateway's entry in
+    /// `Snapshot::gateways` sums its slots), for readers that must bound what they list.
+    pub slots: bool,
+}
+
+impl Default for Selection {
+    /// Every exit, slots included.
+    fn default() -> Selection {
+        Selection { states: Vec::new(), tags: Vec::new(), exit_ids: None, limit: None, by_tag: None, slots: true }
+    }
 }
 
 impl Selection {
@@ -430,7 +440,8 @@ impl State {
             .iter()
             .copied()
             .filter(|&h| {
-                (sel.states.is_empty() || sel.states.contains(&self.board.tunnel_breaker(h).state()))
+                (sel.slots || self.exits[h as usize].exit.gateway.is_none())
+                    && (sel.states.is_empty() || sel.states.contains(&self.board.tunnel_breaker(h).state()))
                     && sel.tags.iter().all(|(k, v)| self.exits[h as usize].exit.tag(k) == Some(v.as_str()))
             })
             .collect();
