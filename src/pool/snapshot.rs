@@ -55,6 +55,18 @@ pub struct SlotToken {
     pub learned_ip: Option<std::net::IpAddr>,
 }
 
+impl GatewayRecord {
+    /// Counts one of its slots in (of state rank `rank`, with `sessions` live sessions).
+    fn add_slot(&mut self, s: &super::state::ExitSlot, rank: usize, sessions: u32) {
+        self.states[rank] += 1;
+        self.benched += s.benched as u32;
+        self.active += s.active as u64;
+        self.sessions += sessions as u64;
+        self.leases += s.tally.leases;
+        self.next_rotation = self.next_rotation.min(s.rotates_at);
+    }
+}
+
 /// One gateway: its settings, its breaker on the health board, and its slots summed.
 #[derive(Debug, Clone)]
 pub struct GatewayRecord {
@@ -288,10 +300,13 @@ impl Pool {
         }
         guard.board.poll(now);
         // Every slot shows the token it would lease with now, and the soonest rotation is
-        // one still to come: one comparison a slot whose token is current.
+        // one still to come: one comparison a slot whose token is current, in the pass that
+        // finds the exits present anyway.
+        let mut present: Vec<u32> = Vec::with_capacity(guard.exits.len());
         for h in 0..guard.exits.len() as u32 {
             if !guard.exits[h as usize].removed {
                 guard.refresh(h, now);
+                present.push(h);
             }
         }
         // Throughput is measured between marks at least a minute apart.
@@ -307,7 +322,6 @@ impl Pool {
                 sessions_per_exit[s.exit as usize] += 1;
             }
         }
-        let present: Vec<u32> = (0..st.exits.len() as u32).filter(|&h| !st.exits[h as usize].removed).collect();
         let listed = st.listed(&present, sel);
         let sites: Vec<SiteRecord> = (1..st.site_names.len() as u32)
             .map(|site| {
@@ -321,9 +335,16 @@ impl Pool {
             })
             .collect();
         let mut figures = PoolFigures::default();
+        let mut gateways = st.gateway_records(now);
         for &h in &present {
-            figures.states[state_rank(st.board.tunnel_breaker(h).state())] += 1;
-            figures.benched += st.exits[h as usize].benched as u32;
+            let (b, s) = (st.board.tunnel_breaker(h), &st.exits[h as usize]);
+            let rank = state_rank(b.state());
+            figures.states[rank] += 1;
+            figures.benched += s.benched as u32;
+            // A gateway's slots summed in the same pass; the group is read with the breaker.
+            if let Some(r) = gateways.get_mut((b.group() as usize).wrapping_sub(1)) {
+                r.add_slot(s, rank, sessions_per_exit[h as usize]);
+            }
         }
         figures.in_service = st.views[0].members.len() as u32;
         let (t0, a0) = st.rate_prev;
@@ -338,7 +359,6 @@ impl Pool {
             st.board.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
         figures.global_incident = st.board.global_incident_open();
         let groups = sel.by_tag.as_deref().map(|tag| st.groups(&present, tag, &sessions_per_exit));
-        let gateways = st.gateway_records(&present, &sessions_per_exit, now);
         let snap = Snapshot {
             now,
             exits: Vec::new(),
@@ -488,13 +508,16 @@ impl State {
         groups.into_iter().map(|(k, g)| (k.to_string(), g)).collect()
     }
 
-    /// Every gateway's breaker and its present slots summed: one pass over the exits.
-    fn gateway_records(&self, present: &[u32], sessions_per_exit: &[u32], now: f64) -> Vec<GatewayRecord> {
-        let mut records: Vec<GatewayRecord> = self
-            .gateways
+    /// Every gateway's breaker, indexed as its group on the board less one (the groups are
+    /// the gateways, in order), its slots' figures still to add ([`GatewayRecord::add_slot`]).
+    fn gateway_records(&self, now: f64) -> Vec<GatewayRecord> {
+        debug_assert_eq!(self.board.group_count() as usize, self.gateways.len(), "groups are gateways");
+        self.gateways
             .iter()
             .zip(&self.gateway_books)
-            .map(|(gw, book)| {
+            .enumerate()
+            .map(|(i, (gw, book))| {
+                debug_assert_eq!(book.group as usize, i + 1, "gateway {i}'s group");
                 let grp = self.board.group(book.group).expect("every gateway has its group");
                 debug_assert_eq!(grp.name(), gw.id, "a gateway's group is named after it");
                 let out = grp.state() != Health::Healthy;
@@ -520,22 +543,6 @@ impl State {
                     next_rotation: f64::INFINITY,
                 }
             })
-            .collect();
-        debug_assert_eq!(self.board.group_count() as usize, records.len(), "groups are gateways");
-        if records.is_empty() {
-            return records;
-        }
-        for &h in present {
-            let s = &self.exits[h as usize];
-            let Some(link) = s.exit.gateway else { continue };
-            let r = &mut records[link.gateway as usize];
-            r.states[state_rank(self.board.tunnel_breaker(h).state())] += 1;
-            r.benched += s.benched as u32;
-            r.active += s.active as u64;
-            r.sessions += sessions_per_exit[h as usize] as u64;
-            r.leases += s.tally.leases;
-            r.next_rotation = r.next_rotation.min(s.rotates_at);
-        }
-        records
+            .collect()
     }
 }
