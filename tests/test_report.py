@@ -371,6 +371,8 @@ def gateway_snapshot(slots=200):
         "resi", f"http://customer-c1:{PASSWORD}@gw.provider.example:7777", slots=slots, username="{user}-session-{session}", lifetime=600
     )
     pool = Pool([gw, Exit("dc-1", f"http://u:{PASSWORD}@10.0.0.7:3128"), Exit("dc-2", "http://10.0.0.8:3128")], clock=clock)
+    for _ in range(2 * (slots + 2)):  # every exit serves a site: the heatmap has a row each
+        pool.release(pool.acquire(site="news.example", timeout=0), status=200, latency=0.1)
     others = [e.exit_id for e in pool.exits if e.exit_id != "resi-7"]
     pool.release(pool.acquire(avoid=others, timeout=0), status=407)
     return pool.snapshot()
@@ -381,9 +383,12 @@ def gateway_snapshot(slots=200):
 _PROBE = """<script>
 const shown = () => [...document.querySelectorAll('details.gateway td.id')].filter(td => td.checkVisibility()).length;
 const rows = document.querySelectorAll('details.gateway');
-const closed = shown();
+const heat = () => [...document.querySelectorAll('details.gateway-heat th.exit')].filter(th => th.checkVisibility()).length;
+const closed = shown(), heatClosed = heat();
 rows[0].open = true;
+document.querySelector('details.gateway-heat').open = true;
 document.body.setAttribute('data-probe', JSON.stringify({rows: rows.length, closed: closed, open: shown(),
+  heatClosed: heatClosed, heatOpen: heat(),
   summary: rows[0].querySelector('summary').innerText}));
 </script></body>"""
 
@@ -415,8 +420,10 @@ def test_a_gateway_is_one_row_that_opens_to_its_slots_in_headless_chromium(tmp_p
     assert probe["rows"] == 1, "one row for the gateway, not one per slot"
     assert probe["closed"] == 0, "its slots are folded"
     assert probe["open"] == 200, "opened, it shows its 200 slots"
+    assert (probe["heatClosed"], probe["heatOpen"]) == (0, 200), "the heatmap folds the slots too"
     summary = probe["summary"]
     assert "resi" in summary and "quarantined" in summary and "407" in summary and "200 slots" in summary, summary
     assert PASSWORD not in r.stdout
-    # The plain exits stay in the exits table, one row each.
+    # The plain exits stay in the exits table and the heatmap, one row each.
     assert html_text.count('<td class="id">dc-') == 2
+    assert html_text.count('<th class="exit">dc-') == 2

@@ -118,6 +118,14 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w(f'<div class="fig"><div class="k">{esc(k)}</div><div class="v">{esc(val)}</div></div>')
     w("</section>\n")
 
+    # A gateway's slots are folded under it, here and in the tables below.
+    gateways = [g for g in lay.snap.get("gateways") or [] if isinstance(g, dict)]
+    slots_of: Dict[str, List[Dict[str, Any]]] = {str(g.get("gateway_id")): [] for g in gateways}
+    plain: List[Dict[str, Any]] = []
+    for e in lay.exits:
+        gw = e.get("gateway")
+        (slots_of[gw] if isinstance(gw, str) and gw in slots_of else plain).append(e)
+
     # The heatmap: every exit, every site.
     w("<h2>Success rate, exit × site — a red row is a bad exit, a red column a bad site</h2>")
     w('<div class="legend">')
@@ -131,7 +139,6 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
     if not g.sites:
         w("<p>No per-site data yet: lease with <code>site=...</code> to fill the matrix.</p>")
     else:
-        site_names = [esc(s) for s in g.sites]
         w('<div class="scroll"><table class="heat"><thead><tr><th></th>')
         for j in lay.site_cols:
             s = g.sites[j]
@@ -139,22 +146,16 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
             mark = '<span class="mark">⚠</span>' if s in lay.incidents else ""
             w(f'<th class="{cls}" title="{esc(s)}"><div>{esc(s)}</div>{mark}</th>')
         w('<th class="sum">fails on</th></tr></thead><tbody>')
-        for e in lay.exits:
-            x = e["exit_id"]
-            i = lay.row(x)
-            bad = x in lay.bad_exits
-            w(f'<tr><th class="exit{" bad" if bad else ""}">{esc(x)}</th>')
-            ex = esc(x)
-            for j in lay.site_cols:
-                rate = lay.rates[i][j] if i is not None else None
-                if i is None or rate is None:  # an exit missing from the matrix has no cells
-                    w('<td class="c nd">·</td>')
-                    continue
-                state = g.get(i, j, "state")
-                tip = f"{ex} × {site_names[j]}: {_pct(rate)} of {_int(g.get(i, j, 'reports'))}, {esc(str(state))}"
-                w(f'<td class="c p{_bucket(rate)}" title="{tip}">{_pct(rate).rstrip("%")}{_cell_mark(state)}</td>')
-            f, n = lay.row_fails(i)
-            w(f'<td class="sum{" bad" if bad else ""}">{f"{f}/{n} sites" if n else "–"}</td></tr>')
+        _heat_rows(w, plain, lay)
+        for gid, slots in slots_of.items():
+            if slots:
+                # A gateway's slots in a row of their own, folded (a table cannot fold rows).
+                failing = sum(1 for e in slots if e["exit_id"] in lay.bad_exits)
+                w(f'<tr><td colspan="{len(lay.site_cols) + 2}"><details class="gateway-heat"><summary>')
+                w(f"gateway {esc(gid)}: {len(slots)} slots, {failing} bad</summary>")
+                w('<table class="heat"><tbody>')
+                _heat_rows(w, slots, lay)
+                w("</tbody></table></details></td></tr>")
         w('</tbody><tfoot><tr><th class="exit">fails on</th>')
         for j in lay.site_cols:
             f, n = lay.col_fails(j)
@@ -163,12 +164,6 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
 
     # The exits table, all of them.
     # The gateways, one row each, their slots folded; the plain exits' table below.
-    gateways = [g for g in lay.snap.get("gateways") or [] if isinstance(g, dict)]
-    slots_of: Dict[str, List[Dict[str, Any]]] = {str(g.get("gateway_id")): [] for g in gateways}
-    plain: List[Dict[str, Any]] = []
-    for e in lay.exits:
-        gw = e.get("gateway")
-        (slots_of[gw] if isinstance(gw, str) and gw in slots_of else plain).append(e)
     if gateways:
         w("<h2>Gateways: one row each, its slots folded</h2>")
         for gw in gateways:
@@ -266,3 +261,25 @@ def _exits_table(w: Callable[[str], Any], exits: List[Dict[str, Any]], lay: _Lay
         w(f'<td class="n">{_age(e.get("quarantined_seconds"))}</td>')
         w(f'<td class="n">{"–" if weight is None else f"{weight:.2f}"}</td><td class="n">{_int(e.get("capacity"))}</td></tr>')
     w("</tbody></table></div>\n")
+
+
+def _heat_rows(w: Callable[[str], Any], exits: List[Dict[str, Any]], lay: _Layout) -> None:
+    """The heatmap's rows of `exits`, one each, in the order given."""
+    esc, g = html.escape, lay.grid
+    site_names = [esc(s) for s in g.sites]
+    for e in exits:
+        x = e["exit_id"]
+        i = lay.row(x)
+        bad = x in lay.bad_exits
+        w(f'<tr><th class="exit{" bad" if bad else ""}">{esc(x)}</th>')
+        ex = esc(x)
+        for j in lay.site_cols:
+            rate = lay.rates[i][j] if i is not None else None
+            if i is None or rate is None:  # an exit missing from the matrix has no cells
+                w('<td class="c nd">·</td>')
+                continue
+            state = g.get(i, j, "state")
+            tip = f"{ex} × {site_names[j]}: {_pct(rate)} of {_int(g.get(i, j, 'reports'))}, {esc(str(state))}"
+            w(f'<td class="c p{_bucket(rate)}" title="{tip}">{_pct(rate).rstrip("%")}{_cell_mark(state)}</td>')
+        f, n = lay.row_fails(i)
+        w(f'<td class="sum{" bad" if bad else ""}">{f"{f}/{n} sites" if n else "–"}</td></tr>')
