@@ -3,6 +3,7 @@
     python bench/snapshot.py                  # 10,000 exits x 5 sites, every cell filled
     python bench/snapshot.py --quick          # 1,000 exits x 5 sites
     python bench/snapshot.py --exits 1000 --sites 100
+    python bench/snapshot.py --gateway --exits 5000   # a 5,000-slot gateway against 5,000 exits
 
 Prints, all measured in this one run:
 
@@ -16,34 +17,47 @@ Prints, all measured in this one run:
   back to back; the ratio of the worst gaps says how much each stalls a leasing thread. What
   remains with whole snapshots is mostly the interpreter's: freeing the previous snapshot's
   million objects and the garbage collector's passes over them, both with the GIL held.
+
+With ``--gateway``: instead, `snapshot()` and `snapshot(exits=False)` of a pool whose exits
+are the slots of one gateway against a pool of as many plain exits, filled alike, alternating
+in one run; the ratio says what a slot costs a snapshot beyond a plain exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import threading
 import time
 from typing import Callable, List, Tuple
 
-from exitpool import Exit, ManualClock, Pool
+from exitpool import Exit, Gateway, ManualClock, Pool
 
 COUNTRIES = ("us", "de", "fr", "gb", "nl", "jp", "br", "in", "ca", "au")
 
 
-def filled_pool(n_exits: int, n_sites: int) -> Tuple[Pool, ManualClock]:
-    """A pool of `n_exits` exits tagged by country, every (exit, site) cell with reports."""
-    clock = ManualClock()
-    pool = Pool(
-        [
-            Exit(f"exit-{i:06d}", f"http://user:pw@10.{i // 62500}.{i // 250 % 250}.{i % 250}:8000", tags={"country": COUNTRIES[i % 10]})
-            for i in range(n_exits)
-        ],
-        strategy="round_robin",
-        clock=clock,
-        seed=1,
-    )
+def filled_pool(n_exits: int, n_sites: int, gateway: bool = False) -> Tuple[Pool, ManualClock]:
+    """A pool of `n_exits` exits tagged by country, every (exit, site) cell with reports; with
+    `gateway`, the exits are the slots of one gateway (10-minute tokens) instead."""
+    clock = ManualClock(1_700_000_000.0)
+    members: List[object] = [
+        Exit(f"exit-{i:06d}", f"http://user:pw@10.{i // 62500}.{i // 250 % 250}.{i % 250}:8000", tags={"country": COUNTRIES[i % 10]})
+        for i in range(0 if gateway else n_exits)
+    ]
+    if gateway:
+        members.append(
+            Gateway(
+                "gw",
+                "http://user:pw@gw.example:7777",
+                slots=n_exits,
+                username="{user}-session-{session}",
+                lifetime=600,
+                tags={"country": "de"},
+            )
+        )
+    pool = Pool(members, strategy="round_robin", clock=clock, seed=1)
     for j in range(n_sites):
         site = f"site-{j:03d}.example"
         for i in range(n_exits):
@@ -103,16 +117,45 @@ def gaps_while(pool: Pool, busy: Callable[[], object], seconds: float) -> Tuple[
     return gaps[-1], gaps[int(len(gaps) * 0.999)], len(gaps), calls
 
 
+def gateway_ratio(n_exits: int, n_sites: int, rounds: int) -> None:
+    """`snapshot()` per exit of a pool of one `n_exits`-slot gateway against one of `n_exits`
+    plain exits, measured alternately in this one run."""
+    plain, _ = filled_pool(n_exits, n_sites)
+    slots, _ = filled_pool(n_exits, n_sites, gateway=True)
+    assert len(slots.snapshot(exits=False)["gateways"]) == 1
+    for name, call in (("snapshot()", lambda p: p.snapshot()), ("snapshot(exits=False)", lambda p: p.snapshot(exits=False))):
+        best = {"plain": float("inf"), "gateway": float("inf")}
+        for _ in range(rounds):
+            for label, pool in (("plain", plain), ("gateway", slots)):
+                # The collector's passes over the previous snapshot's objects are noise here.
+                gc.collect()
+                gc.disable()
+                t = time.perf_counter()
+                call(pool)
+                best[label] = min(best[label], time.perf_counter() - t)
+                gc.enable()
+        per = {k: v / n_exits * 1e6 for k, v in best.items()}
+        print(
+            f"{name:24} {n_exits:,} plain exits best {best['plain'] * 1e3:7.1f} ms ({per['plain']:.2f} us/exit), "
+            f"{n_exits:,}-slot gateway {best['gateway'] * 1e3:7.1f} ms ({per['gateway']:.2f} us/exit): "
+            f"ratio {best['gateway'] / best['plain']:.2f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="1,000 exits and shorter runs")
     ap.add_argument("--exits", type=int, default=None)
     ap.add_argument("--sites", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=None, help="length of each stall run")
+    ap.add_argument("--gateway", action="store_true", help="a gateway's slots against as many plain exits")
     args = ap.parse_args()
     n_exits = args.exits or (1000 if args.quick else 10000)
     seconds = args.seconds or (1.0 if args.quick else 3.0)
     rounds = 5 if args.quick else 9
+    if args.gateway:
+        gateway_ratio(n_exits, args.sites, rounds)
+        return
 
     t = time.perf_counter()
     pool, _ = filled_pool(n_exits, args.sites)

@@ -53,9 +53,9 @@ pub use mask::{mask_raw, scrub, MASK};
 pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
-    after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, Grant, GroupFigures,
-    Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, Snapshot, SnapshotDocument, COOLING, DEFAULT_MAX_KEYS,
-    RENEW_SLACK, TOKEN_ROTATED,
+    after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, GatewayRecord, Grant,
+    GroupFigures, Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, SlotToken, Snapshot, SnapshotDocument, COOLING,
+    DEFAULT_MAX_KEYS, RENEW_SLACK, TOKEN_ROTATED,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

@@ -95,6 +95,56 @@ def test_the_password_appears_nowhere(tmp_path, caplog, capsys):
     assert PASSWORD in exits[0].proxy and PASSWORD in exits[0].proxies["https"]
 
 
+def test_no_gateway_password_nor_a_token_in_a_password_appears(tmp_path, caplog, capsys):
+    """Gateways through the observability paths: one with the token in the user name, one
+    (IPRoyal's format) with the token in the password; leases, a 407, rotations, a broken
+    sticky session; then the snapshot (whole and summary), events, logs, Prometheus (bounded
+    and every exit) and both reports."""
+    caplog.set_level(logging.DEBUG, logger="exitpool")
+    clock = ManualClock(1_700_000_000.0)
+    user_side = exitpool.Gateway(
+        "resi", f"http://customer-c1:{PASSWORD}@gw.provider.example:7777", slots=20, username="{user}-session-{session}", lifetime=600
+    )
+    pw_side = exitpool.Gateway("ipr", f"http://acme:{PASSWORD}@geo.iproyal.com:12321", slots=20, preset="iproyal", lifetime=600)
+    pool = Pool([user_side, pw_side], clock=clock, seed=1)
+    secrets = {PASSWORD}
+    texts: list = [repr(user_side), repr(pw_side), repr(pool)]
+    for step in range(40):
+        secrets |= {pw_side.token(n, at=clock.now()) for n in range(20)}
+        try:  # a session whose token rotated ends with SessionExitLost: its message too
+            with pool.lease(f"acct-{step % 7}", timeout=0) as lease:
+                texts.append(repr(lease))
+                lease.report(status=200, latency=0.1)
+        except exitpool.Error as e:
+            texts += [str(e), repr(e)]
+        pool.record_probe("ipr-3", True, observed_ip=f"198.51.100.{step % 2 + 1}")  # sticky broken
+        clock.advance(31.0)  # over two token lifetimes in all: every slot rotates
+    others = [e.exit_id for e in pool.exits if e.exit_id != "ipr-5"]
+    pool.release(pool.acquire(avoid=others, timeout=0), status=407)
+    snapshot = pool.snapshot()
+    texts += [json.dumps(snapshot), json.dumps(pool.snapshot(exits=False)), json.dumps(pool.events())]
+    texts += [r.getMessage() for r in caplog.records]
+    for kw in ({}, {"max_exits": None, "per_site": True}):
+        registry = CollectorRegistry()
+        registry.register(PoolCollector(pool, **kw))
+        texts.append(generate_latest(registry).decode())
+    path, html = tmp_path / "snapshot.json", tmp_path / "report.html"
+    path.write_text(json.dumps(snapshot))
+    assert cli(["report", str(path)]) == 0
+    assert cli(["report", str(path), "--html", str(html)]) == 0
+    texts.append(html.read_text())
+    out = capsys.readouterr()
+    texts += [out.out, out.err]
+
+    kinds = {e["kind"] for e in pool.events()}
+    assert {"token_rotated", "sticky_broken", "gateway_credentials_rejected"} <= kinds, kinds
+    assert snapshot["gateways"][1]["rotations"] >= 20 and len(secrets) > 40
+    leaks = [(secret, t) for t in texts for secret in secrets if secret in t]
+    assert not leaks, (leaks[0][0], leaks[0][1][:400])
+    # The token in a user name is no secret: the snapshot shows the URL a slot leases with.
+    assert user_side.token(0, at=clock.now()) in json.dumps(snapshot)
+
+
 def test_a_proxy_url_given_where_something_else_belongs_comes_back_masked():
     # A proxy URL pasted into the wrong argument: every error that quotes the argument masks it.
     url = f"http://user:{PASSWORD}@gw.example:8000"

@@ -647,3 +647,54 @@ def test_bad_collector_knobs_raise_invalid_input(kwargs, named):
 
     with pytest.raises(InvalidInput, match=named):
         PoolCollector(Pool([Exit("a", "http://127.0.0.1:9")]), **kwargs)
+
+
+# -- gateways ------------------------------------------------------------------------------------
+
+
+def gateway_pool(slots=200):
+    from exitpool import Gateway
+
+    clock = ManualClock(1_700_000_000.0)
+    gw = Gateway(
+        "resi", f"http://customer-c1:{PASSWORD}@gw.provider.example:7777", slots=slots, username="{user}-session-{session}", lifetime=600
+    )
+    plain = [Exit(f"dc-{i}", f"http://u:{PASSWORD}@10.0.0.{i + 1}:3128") for i in range(3)]
+    return Pool([gw, *plain], clock=clock, seed=1), clock, gw
+
+
+def test_a_gateways_slots_are_its_series_not_an_exit_each():
+    pool, clock, gw = gateway_pool()
+    m = exposed(pool)
+    exported = {dict(labels)["exit"] for labels in m.series("exitpool_exit_leases_total")}
+    assert exported == {"dc-0", "dc-1", "dc-2"}, "max_exits is spent on the plain exits"
+    assert m("exitpool_exits_exported") == 3
+    assert m("exitpool_exits", state="healthy") == 203, "the pool-wide counts still count every slot"
+    assert m("exitpool_gateway_state", gateway="resi", state="healthy") == 1
+    assert m("exitpool_gateway_state", gateway="resi", state="quarantined") == 0
+    assert m("exitpool_gateway_slots", gateway="resi", state="healthy") == 200
+    assert m("exitpool_gateway_outages_total", gateway="resi") == 0
+    assert m.series("exitpool_gateway_out_cause") == {}
+    # Every exit, slots included, when the user asks for every exit.
+    assert exposed(pool, max_exits=None)("exitpool_exits_exported") == 203
+
+
+def test_a_gateway_out_for_its_credentials_and_its_rotations_are_counted():
+    pool, clock, gw = gateway_pool()
+    others = [e.exit_id for e in pool.exits if e.exit_id != "resi-7"]
+    pool.release(pool.acquire(avoid=others, timeout=0), status=407)
+    m = exposed(pool)
+    assert m("exitpool_gateway_state", gateway="resi", state="quarantined") == 1
+    assert m("exitpool_gateway_out_cause", gateway="resi", cause="credentials") == 1
+    assert m("exitpool_gateway_credential_rejections_total", gateway="resi") == 1
+    assert m("exitpool_gateway_outages_total", gateway="resi") == 1
+    assert m("exitpool_gateway_leases_total", gateway="resi") == 1
+    soonest = m("exitpool_gateway_next_rotation_seconds", gateway="resi")
+    assert 0 < soonest <= 540
+    assert m("exitpool_gateway_token_rotations_total", gateway="resi") == 0
+    clock.advance(540.0)  # every slot's token is past its period: each rotates once
+    m = exposed(pool)
+    assert m("exitpool_gateway_token_rotations_total", gateway="resi") == 200
+    assert PASSWORD not in m.text and "[secure]" not in m.text and "://" not in m.text
+    for n in range(200):
+        assert gw.token(n, at=clock.now()) not in m.text

@@ -358,3 +358,72 @@ def test_throughput_counts_from_the_pools_start_not_from_clock_zero():
             pool.release(pool.acquire())
         clock.advance(1.0)
     assert pool.snapshot()["pool"]["throughput"] == pytest.approx(10.0, rel=0.2)
+
+
+# --- a gateway: one row, its slots folded -----------------------------------------------------
+
+
+def gateway_snapshot(slots=200):
+    """A pool of a 200-slot gateway (the token in the user name, the password in the URL) out
+    of service for its credentials, and two plain exits."""
+    clock = ManualClock(1_700_000_000.0)
+    gw = exitpool.Gateway(
+        "resi", f"http://customer-c1:{PASSWORD}@gw.provider.example:7777", slots=slots, username="{user}-session-{session}", lifetime=600
+    )
+    pool = Pool([gw, Exit("dc-1", f"http://u:{PASSWORD}@10.0.0.7:3128"), Exit("dc-2", "http://10.0.0.8:3128")], clock=clock)
+    for _ in range(2 * (slots + 2)):  # every exit serves a site: the heatmap has a row each
+        pool.release(pool.acquire(site="news.example", timeout=0), status=200, latency=0.1)
+    others = [e.exit_id for e in pool.exits if e.exit_id != "resi-7"]
+    pool.release(pool.acquire(avoid=others, timeout=0), status=407)
+    return pool.snapshot()
+
+
+# Run by chromium after the page loads: how many gateway rows, and how many slot rows are shown
+# before and after the first gateway row is opened (checkVisibility: what a reader sees).
+_PROBE = """<script>
+const shown = () => [...document.querySelectorAll('details.gateway td.id')].filter(td => td.checkVisibility()).length;
+const rows = document.querySelectorAll('details.gateway');
+const heat = () => [...document.querySelectorAll('details.gateway-heat th.exit')].filter(th => th.checkVisibility()).length;
+const closed = shown(), heatClosed = heat();
+rows[0].open = true;
+document.querySelector('details.gateway-heat').open = true;
+document.body.setAttribute('data-probe', JSON.stringify({rows: rows.length, closed: closed, open: shown(),
+  heatClosed: heatClosed, heatOpen: heat(),
+  summary: rows[0].querySelector('summary').innerText}));
+</script></body>"""
+
+
+def test_a_gateway_is_one_row_that_opens_to_its_slots_in_headless_chromium(tmp_path):
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is missing: run scripts/test-deps.sh (make test-python does)"
+    snap_path, page = tmp_path / "snapshot.json", tmp_path / "report.html"
+    snap_path.write_text(json.dumps(gateway_snapshot()))
+    assert main(["report", str(snap_path), "--html", str(page)]) == 0
+    html_text = page.read_text(encoding="utf-8")
+    assert PASSWORD not in html_text
+    # The page itself has no script: the probe goes into a copy.
+    probed = tmp_path / "probed.html"
+    probed.write_text(html_text.replace("</body>", _PROBE), encoding="utf-8")
+    r = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probed.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    import html as html_lib
+    import re
+
+    m = re.search(r'data-probe="([^"]*)"', r.stdout)
+    assert m, r.stdout[-2000:]
+    probe = json.loads(html_lib.unescape(m.group(1)))
+    assert probe["rows"] == 1, "one row for the gateway, not one per slot"
+    assert probe["closed"] == 0, "its slots are folded"
+    assert probe["open"] == 200, "opened, it shows its 200 slots"
+    assert (probe["heatClosed"], probe["heatOpen"]) == (0, 200), "the heatmap folds the slots too"
+    summary = probe["summary"]
+    assert "resi" in summary and "quarantined" in summary and "407" in summary and "200 slots" in summary, summary
+    assert PASSWORD not in r.stdout
+    # The plain exits stay in the exits table and the heatmap, one row each.
+    assert html_text.count('<td class="id">dc-') == 2
+    assert html_text.count('<th class="exit">dc-') == 2

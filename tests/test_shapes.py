@@ -14,7 +14,7 @@ from typing import Any, List, Literal, Set, Union, get_args, get_origin, get_typ
 
 import pytest
 
-from exitpool import Exit, ManualClock, Pool, _core, _shapes
+from exitpool import Exit, Gateway, ManualClock, Pool, _core, _shapes
 from redis_server import RedisServer
 
 SHOP, NEWS = "shop.example", "news.example"
@@ -109,6 +109,7 @@ def test_every_typeddict_is_one_the_core_fills():
         "PoolFigures",
         "Counts",
         "FleetExit",
+        "GatewaySnapshot",
         "StoreSnapshot",
         "Snapshot",
         "TagGroup",
@@ -133,7 +134,19 @@ def test_a_local_pool_returns_what_the_stub_says():
     changes = pool.recalibrate()
     assert changes, "the scenario served identities enough for a recalibration"
     assert [m for i, c in enumerate(changes) for m in mismatches(c, _shapes.Recalibration, f"recalibrate()[{i}]", seen)] == []
-    assert seen == typeddicts() - {"StoreSnapshot", "FleetExit"}
+    assert seen == typeddicts() - {"StoreSnapshot", "FleetExit", "GatewaySnapshot"}
+
+
+def test_a_pool_with_a_gateway_returns_what_the_stub_says():
+    clock = ManualClock(1_700_000_000.0)
+    gw = Gateway("resi", "http://user:pw@gw.example:7777", slots=3, username="{user}-session-{session}", lifetime=600)
+    pool = Pool([gw, Exit("dc", "http://10.0.0.7:3128")], clock=clock)
+    pool.record_probe("resi-1", True, observed_ip="198.51.100.1")
+    for snap in (pool.snapshot(), pool.snapshot(exits=False)):
+        seen: Set[str] = set()
+        assert snap["gateways"]
+        assert mismatches(snap, _shapes.Snapshot, "snapshot", seen) == []
+        assert "GatewaySnapshot" in seen
 
 
 @pytest.fixture

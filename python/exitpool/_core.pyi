@@ -425,10 +425,12 @@ class Pool:
         exit_ids: Optional[Iterable[str]] = None,
         limit: Optional[int] = None,
         by_tag: Optional[str] = None,
+        slots: bool = True,
     ) -> Snapshot:
         """Everything the pool knows, as plain data. The arguments choose the exits listed
-        (their records, matrix rows and fleet figures); ``pool``, ``counts``, ``sites`` and
-        ``groups`` always cover every exit. ``exits=False``: none (the summary). ``state``:
+        (their records, matrix rows and fleet figures); ``pool``, ``counts``, ``sites``,
+        ``groups`` and ``gateways`` always cover every exit. ``slots=False``: no gateway slot
+        is listed (its gateway's entry in ``gateways`` sums them). ``exits=False``: none (the summary). ``state``:
         only exits in that state (or those states). ``tags``: only exits carrying every one.
         ``exit_ids``: only those (an id the pool does not hold matches nothing). ``limit``: at
         most that many, the worst states first, ties in pool order. ``by_tag``: fill

@@ -16,6 +16,7 @@ __all__ = [
     "Event",
     "ExitSnapshot",
     "FleetExit",
+    "GatewaySnapshot",
     "HalfOpen",
     "HealthState",
     "Latency",
@@ -87,6 +88,14 @@ class ExitSnapshot(TypedDict):
     latency: Latency
     weight: float
     """The share of its capacity the exit gets now (health x adaptive weight)."""
+    gateway: Optional[str]
+    """The gateway a slot belongs to; ``None`` for a plain exit (and so the next three)."""
+    generation: Optional[int]
+    """A slot's token generation (its ``proxy`` carries that token, password masked)."""
+    rotates_at: Optional[float]
+    """When the slot moves to its next token (pool clock, as ``time``); ``None`` if never."""
+    learned_ip: Optional[str]
+    """The IP a probe saw through the slot's current token, if one has."""
 
 
 class SiteSnapshot(TypedDict):
@@ -181,10 +190,55 @@ class TagGroup(TypedDict):
     outcomes: OutcomeCounts
 
 
+class GatewaySnapshot(TypedDict):
+    """One gateway: what it is (never its templates, which may hold the password), its own
+    breaker (one for all its slots), and its slots summed."""
+
+    gateway_id: str
+    proxy: str
+    """Masked: the password is ``[secure]``."""
+    preset: Optional[str]
+    slots: int
+    """Its slots in the pool (one removed is not counted)."""
+    lifetime: Optional[float]
+    """Seconds the provider holds a token's IP; ``None`` for tokens that never expire."""
+    margin: float
+    capacity: int
+    tags: Dict[str, str]
+    state: HealthState
+    """The gateway's breaker: ``healthy``, ``quarantined`` (every slot out) or ``probing``."""
+    cause: Optional[str]
+    """Why it is out: ``"connect"`` or ``"credentials"`` (a 407); ``None`` while healthy."""
+    state_since: float
+    until: Optional[float]
+    """While quarantined: when a trial lease may go."""
+    trial_out: bool
+    """While probing: its one trial lease is out (the other slots wait for its verdict)."""
+    outages: int
+    credential_rejections: int
+    """Answers 407 from the gateway (wrong credentials: configuration, not a bad slot)."""
+    absorbed: int
+    """Slot failures charged to the gateway instead of the slot."""
+    out_seconds: float
+    """Seconds out of service so far, an outage still running included."""
+    failing: int
+    """Distinct slots failing to connect now, with no success since."""
+    rotations: int
+    """Token rotations of its slots so far."""
+    next_rotation: Optional[float]
+    """The soonest rotation of any slot (pool clock); ``None`` if tokens never expire."""
+    slot_states: Dict[str, int]
+    """Its slots by their own breakers' state (while the gateway is out, none serves)."""
+    benched: int
+    active_leases: int
+    sessions: int
+    leases: int
+
+
 class Snapshot(TypedDict):
     """What ``Pool.snapshot()`` returns. Its arguments choose which exits ``exits``, the
-    matrix's rows and ``store["exits"]`` list; ``pool``, ``counts``, ``sites`` and ``groups``
-    always cover every exit."""
+    matrix's rows and ``store["exits"]`` list; ``pool``, ``counts``, ``sites``, ``groups`` and
+    ``gateways`` always cover every exit."""
 
     version: int
     time: float
@@ -201,6 +255,8 @@ class Snapshot(TypedDict):
     groups: Optional[Dict[str, TagGroup]]
     """With ``by_tag=``: every exit's figures summed by its value of that tag (``""`` for
     exits without it); else None."""
+    gateways: List[GatewaySnapshot]
+    """Every gateway, in the order given to the pool, whichever exits are listed."""
 
 
 #: One item of ``Pool.events()`` (and of what ``Pool.on_event`` callbacks get). Written the

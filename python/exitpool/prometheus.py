@@ -25,7 +25,10 @@ first, so that "which exit is bad?" still has its answer in a pool of 100,000; b
 pool-wide counts per state and, with ``by_tag="country"``, the figures per value of one tag
 carry the rest. The ``site`` label is only there with ``per_site=True``, since sites are
 whatever the scraper visits and may number in the thousands, and the exit x site cells are
-bounded again by ``max_cells``. Account keys, which are
+bounded again by ``max_cells``. A gateway's slots are its own series
+(``exitpool_gateway_*{gateway}``: its breaker, its slots per state, outages, 407s, rotations)
+and, while ``max_exits`` bounds the per-exit series, are counted there and not as an ``exit``
+each: a gateway of 5,000 slots is a dozen series, not 5,000 exits' worth. Account keys, which are
 unbounded and personal, are never a label. The proxy URL is never exported, masked or not:
 the exit id names the exit, and a URL carries a user name and a gateway address an
 exposition endpoint has no business publishing.
@@ -95,6 +98,14 @@ class PoolCollector:
     ``max_cells`` bounds the exit x site cells of ``per_site=True`` the same way (the worst
     exits' cells first).
 
+    Every gateway has its series under the ``gateway`` label (``exitpool_gateway_state``,
+    ``exitpool_gateway_slots{state}``, ``exitpool_gateway_outages_total``,
+    ``exitpool_gateway_credential_rejections_total``, ``exitpool_gateway_token_rotations_total``,
+    ...). While ``max_exits`` is a number, a gateway's slots get no ``exit_*`` series of their
+    own (the scrape asks for ``pool.snapshot(slots=False)``): ``max_exits`` is then spent on the
+    plain exits and the gateway's series carry its slots. ``max_exits=None`` exports every
+    exit, slots included.
+
     A figure that does not exist yet (a success ratio before the exit's first report, a
     latency quantile before its first timed report, the half-open success ratio before the
     first trial) is left out of the scrape rather than exported as 0, which would read as
@@ -149,11 +160,14 @@ class PoolCollector:
         """One snapshot, turned into metric families: called by the registry on every scrape."""
         if self._max_exits == 0:
             snap = self._pool.snapshot(False, by_tag=self._by_tag)
+        elif self._max_exits is None:
+            snap = self._pool.snapshot(by_tag=self._by_tag)
         else:
-            snap = self._pool.snapshot(limit=self._max_exits, by_tag=self._by_tag)
+            snap = self._pool.snapshot(limit=self._max_exits, by_tag=self._by_tag, slots=False)
         f = self._families()
         self._pool_figures(f, snap)
         self._exit_figures(f, snap)
+        self._gateway_figures(f, snap)
         if self._by_tag is not None:
             self._tag_figures(f, snap, self._by_tag)
         if self._per_site:
@@ -226,6 +240,32 @@ class PoolCollector:
             ["exit", "quantile"],
         )
         gauge("exit_latency_samples", "Timed reports the latency quantiles are drawn from (decays, not a counter).", ["exit"])
+        # Per gateway: its breaker (one for all its slots) and its slots summed.
+        gauge(
+            "gateway_state", "1 for the gateway's breaker state (healthy, probing or quarantined), 0 for the others.", ["gateway", "state"]
+        )
+        gauge(
+            "gateway_out_cause",
+            "1 for why the gateway is out (connect: it fails for several slots at once; credentials: it answered 407), "
+            "absent while it is healthy.",
+            ["gateway", "cause"],
+        )
+        gauge(
+            "gateway_slots",
+            "The gateway's slots by their own breakers' state (while the gateway is out, none serves).",
+            ["gateway", "state"],
+        )
+        counter("gateway_outages", "Times the gateway's breaker took all its slots out.", ["gateway"])
+        counter("gateway_credential_rejections", "Answers 407 (wrong credentials) from the gateway.", ["gateway"])
+        counter("gateway_failures_absorbed", "Slot failures charged to the gateway instead of the slot.", ["gateway"])
+        counter("gateway_out_seconds", "Seconds the gateway has been out of service.", ["gateway"])
+        counter("gateway_token_rotations", "Slots moved to their next session token.", ["gateway"])
+        gauge(
+            "gateway_next_rotation_seconds", "Seconds until the gateway's next token rotation (absent if tokens never expire).", ["gateway"]
+        )
+        gauge("gateway_active_leases", "Leases held now on the gateway's slots.", ["gateway"])
+        gauge("gateway_sessions", "Live sticky sessions on the gateway's slots.", ["gateway"])
+        counter("gateway_leases", "Leases granted on the gateway's slots.", ["gateway"])
         if self._by_tag is not None:
             tag = self._by_tag
             gauge("tag_exits", f"Exits per value of the {tag} tag and health state (benched exits counted too).", [tag, "state"])
@@ -306,6 +346,26 @@ class PoolCollector:
                 if seconds is not None:
                     f["exit_latency_seconds"].add_metric([x, q], seconds)
             f["exit_latency_samples"].add_metric([x], latency["count"])
+
+    @staticmethod
+    def _gateway_figures(f: Dict[str, _Family], snap: Snapshot) -> None:
+        for g in snap["gateways"]:
+            x = g["gateway_id"]
+            for state in STATES:
+                f["gateway_state"].add_metric([x, state], 1 if g["state"] == state else 0)
+                f["gateway_slots"].add_metric([x, state], g["slot_states"].get(state, 0))
+            if g["cause"] is not None:
+                f["gateway_out_cause"].add_metric([x, g["cause"]], 1)
+            f["gateway_outages"].add_metric([x], g["outages"])
+            f["gateway_credential_rejections"].add_metric([x], g["credential_rejections"])
+            f["gateway_failures_absorbed"].add_metric([x], g["absorbed"])
+            f["gateway_out_seconds"].add_metric([x], g["out_seconds"])
+            f["gateway_token_rotations"].add_metric([x], g["rotations"])
+            if g["next_rotation"] is not None:
+                f["gateway_next_rotation_seconds"].add_metric([x], max(0.0, g["next_rotation"] - snap["time"]))
+            f["gateway_active_leases"].add_metric([x], g["active_leases"])
+            f["gateway_sessions"].add_metric([x], g["sessions"])
+            f["gateway_leases"].add_metric([x], g["leases"])
 
     @staticmethod
     def _tag_figures(f: Dict[str, _Family], snap: Snapshot, tag: str) -> None:

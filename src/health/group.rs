@@ -23,11 +23,6 @@
 //! while the group is at fault is never held against a member. Ungrouped exits pay one branch
 //! on their breaker's group (read with the breaker every path reads anyway) and nothing else.
 
-// The read access below is for the snapshot's gateway rows, which come next (issue 16).
-#![allow(dead_code)]
-
-// The pool wires groups in for `Gateway` (issue 16); until then only the tests call the API.
-
 use super::board::{Recent, GROUP_DUE};
 use super::{Breaker, HealthBoard, Probe, Reason, State, Transition, Trial};
 use crate::events::{Event, EventKind};
@@ -129,10 +124,6 @@ impl Group {
     /// When a trial may go (meaningful while quarantined).
     pub fn until(&self) -> f64 {
         self.until
-    }
-    /// Outages not yet forgiven; sets the next backoff.
-    pub fn repeats(&self) -> u32 {
-        self.repeats
     }
     pub fn members(&self) -> u32 {
         self.members

@@ -6,7 +6,7 @@
 //!
 //! Lists serialize as sequences and never as tuples (a fixed-size array would be a tuple).
 
-use super::{Cell, ExitRecord, GroupFigures, Pool, Selection, Snapshot};
+use super::{Cell, ExitRecord, GatewayRecord, GroupFigures, Pool, Selection, Snapshot};
 use crate::health::State as Health;
 use crate::metrics::Tally;
 use crate::outcome::OUTCOMES;
@@ -90,6 +90,7 @@ struct Document<'a> {
     live_leases: usize,
     store: Option<StoreDoc<'a>>,
     groups: Option<Groups<'a>>,
+    gateways: Vec<GatewayDoc<'a>>,
 }
 
 impl<'a> Document<'a> {
@@ -124,6 +125,7 @@ impl<'a> Document<'a> {
                 exits: FleetExits { snap, fleet: d.fleet.as_deref(), pace },
             }),
             groups: snap.groups.as_deref().map(Groups),
+            gateways: snap.gateways.iter().map(GatewayDoc::new).collect(),
         }
     }
 }
@@ -218,10 +220,18 @@ struct ExitDoc<'a> {
     captcha_rate: Option<f64>,
     latency: Latency,
     weight: f64,
+    /// The gateway a slot belongs to; `None` for a plain exit (and so the next three).
+    gateway: Option<&'a str>,
+    generation: Option<u64>,
+    /// Pool clock; `None` for a token that never expires.
+    rotates_at: Option<f64>,
+    /// The IP a probe saw through the slot's current token.
+    learned_ip: Option<String>,
 }
 
 impl<'a> ExitDoc<'a> {
-    fn new(e: &'a ExitRecord, now: f64) -> ExitDoc<'a> {
+    fn new(e: &'a ExitRecord, snap: &'a Snapshot) -> ExitDoc<'a> {
+        let (now, token) = (snap.now, e.token.as_ref());
         let rates = e.tally.recent_rates();
         ExitDoc {
             exit_id: &e.exit.id,
@@ -243,6 +253,80 @@ impl<'a> ExitDoc<'a> {
             captcha_rate: rates.map(|r| r.1),
             latency: Latency::of(&e.tally),
             weight: e.weight,
+            gateway: token.map(|t| snap.gateways[t.gateway as usize].gateway.id.as_str()),
+            generation: token.map(|t| t.generation),
+            rotates_at: token.and_then(|t| finite(t.rotates_at)),
+            learned_ip: token.and_then(|t| t.learned_ip).map(|ip| ip.to_string()),
+        }
+    }
+}
+
+/// A time that may be infinite ("never") as the document spells it: `None` for never.
+fn finite(t: f64) -> Option<f64> {
+    t.is_finite().then_some(t)
+}
+
+/// One gateway: what it is (never its templates, which may hold the password), its breaker
+/// and its slots summed.
+#[derive(Serialize)]
+struct GatewayDoc<'a> {
+    gateway_id: &'a str,
+    /// Masked.
+    proxy: &'a str,
+    preset: Option<&'static str>,
+    slots: u32,
+    lifetime: Option<f64>,
+    margin: f64,
+    capacity: u32,
+    tags: Tags<'a>,
+    state: &'static str,
+    cause: Option<&'static str>,
+    state_since: f64,
+    until: Option<f64>,
+    trial_out: bool,
+    outages: u32,
+    credential_rejections: u64,
+    absorbed: u64,
+    out_seconds: f64,
+    failing: u32,
+    rotations: u64,
+    next_rotation: Option<f64>,
+    slot_states: StateCounts,
+    benched: u32,
+    active_leases: u64,
+    sessions: u64,
+    leases: u64,
+}
+
+impl<'a> GatewayDoc<'a> {
+    fn new(r: &'a GatewayRecord) -> GatewayDoc<'a> {
+        let g = &r.gateway;
+        GatewayDoc {
+            gateway_id: &g.id,
+            proxy: g.masked_proxy(),
+            preset: g.preset.map(|p| p.name),
+            slots: r.members,
+            lifetime: g.lifetime,
+            margin: g.margin,
+            capacity: g.capacity,
+            tags: Tags(&g.tags),
+            state: r.state.name(),
+            cause: r.cause,
+            state_since: r.since,
+            until: r.until,
+            trial_out: r.trial_out,
+            outages: r.outages,
+            credential_rejections: r.credential_rejections,
+            absorbed: r.absorbed,
+            out_seconds: r.out_seconds,
+            failing: r.failing,
+            rotations: r.rotations,
+            next_rotation: finite(r.next_rotation),
+            slot_states: StateCounts(r.states),
+            benched: r.benched,
+            active_leases: r.active,
+            sessions: r.sessions,
+            leases: r.leases,
         }
     }
 }
@@ -279,7 +363,7 @@ impl Serialize for Exits<'_> {
         let mut seq = s.serialize_seq(Some(self.snap.exits.len()))?;
         for (i, e) in self.snap.exits.iter().enumerate() {
             self.pace.tick(i);
-            seq.serialize_element(&ExitDoc::new(e, self.snap.now))?;
+            seq.serialize_element(&ExitDoc::new(e, self.snap))?;
         }
         seq.end()
     }

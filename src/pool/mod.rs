@@ -33,7 +33,9 @@ pub use document::SnapshotDocument;
 pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal, TOKEN_ROTATED};
-pub use snapshot::{Cell, EventRecord, ExitRecord, GroupFigures, PoolFigures, Selection, SiteRecord, Snapshot, COOLING};
+pub use snapshot::{
+    Cell, EventRecord, ExitRecord, GatewayRecord, GroupFigures, PoolFigures, Selection, SiteRecord, SlotToken, Snapshot, COOLING,
+};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -155,6 +157,7 @@ impl Pool {
             rate_prev: (born, 0),
             rate_mark: (born, 0),
             gateways,
+            gateway_books: Vec::new(),
             unix_offset,
         };
         // One pass over the exits, not one per gateway.

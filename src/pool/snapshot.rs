@@ -38,6 +38,67 @@ pub struct ExitRecord {
     pub tally: Tally,
     /// The share of its capacity the exit gets now (health and adaptive weight).
     pub weight: f64,
+    /// A gateway slot's token: `None` for a plain exit.
+    pub token: Option<SlotToken>,
+}
+
+/// A gateway slot's token as a snapshot shows it: which generation, when it next rotates,
+/// and the IP a probe saw through it. Never the token's credentials (the exit's proxy URL,
+/// masked, carries the token where the username holds it).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotToken {
+    /// Index into `Snapshot::gateways`.
+    pub gateway: u32,
+    pub generation: u64,
+    /// Pool clock; infinite for a token that never expires.
+    pub rotates_at: f64,
+    pub learned_ip: Option<std::net::IpAddr>,
+}
+
+impl GatewayRecord {
+    /// Counts one of its slots in (of state rank `rank`, with `sessions` live sessions).
+    fn add_slot(&mut self, s: &super::state::ExitSlot, rank: usize, sessions: u32) {
+        self.states[rank] += 1;
+        self.benched += s.benched as u32;
+        self.active += s.active as u64;
+        self.sessions += sessions as u64;
+        self.leases += s.tally.leases;
+        self.next_rotation = self.next_rotation.min(s.rotates_at);
+    }
+}
+
+/// One gateway: its settings, its breaker on the health board, and its slots summed.
+#[derive(Debug, Clone)]
+pub struct GatewayRecord {
+    pub gateway: Arc<crate::gateway::Gateway>,
+    /// The breaker's state: healthy, quarantined (every slot out) or probing (one trial).
+    pub state: Health,
+    /// Why it went out last: `None` while healthy.
+    pub cause: Option<&'static str>,
+    pub since: f64,
+    /// When a trial may go, while quarantined.
+    pub until: Option<f64>,
+    pub outages: u32,
+    pub credential_rejections: u64,
+    /// Slot failures charged to the gateway instead of the slot.
+    pub absorbed: u64,
+    pub out_seconds: f64,
+    /// Distinct slots failing to connect now, with no success since.
+    pub failing: u32,
+    /// Token rotations so far.
+    pub rotations: u64,
+    /// Its slots in the pool (one removed is no member any more).
+    pub members: u32,
+    /// While probing: the one trial lease is out.
+    pub trial_out: bool,
+    /// Its slots by their own breakers' state, in `Health::ALL` order.
+    pub states: [u32; 5],
+    pub benched: u32,
+    pub active: u64,
+    pub sessions: u64,
+    pub leases: u64,
+    /// The soonest rotation of any slot (pool clock); infinite when tokens never expire.
+    pub next_rotation: f64,
 }
 
 /// The name a state is shown by: "cooling" for an exit resting after a 429 (cooling ends by
@@ -84,7 +145,7 @@ pub struct SiteRecord {
 /// Which exits a snapshot lists (gives a record and a matrix row of their own). The pool-wide
 /// figures, the per-site totals and the groups always cover every exit: a dashboard that
 /// polls asks for the few exits it shows and still gets the whole pool's counts.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Selection {
     /// Only exits whose (tunnel) state is one of these; empty: any state.
     pub states: Vec<Health>,
@@ -99,6 +160,16 @@ pub struct Selection {
     pub limit: Option<usize>,
     /// Sum the exits' figures by the value of this tag (`Snapshot::groups`).
     pub by_tag: Option<String>,
+    /// List gateway slots too; `false`: plain exits only (each gateway's entry in
+    /// `Snapshot::gateways` sums its slots), for readers that must bound what they list.
+    pub slots: bool,
+}
+
+impl Default for Selection {
+    /// Every exit, slots included.
+    fn default() -> Selection {
+        Selection { states: Vec::new(), tags: Vec::new(), exit_ids: None, limit: None, by_tag: None, slots: true }
+    }
 }
 
 impl Selection {
@@ -155,6 +226,8 @@ pub struct Snapshot {
     pub groups: Option<Vec<(String, GroupFigures)>>,
     pub sites: Vec<SiteRecord>,
     pub pool: PoolFigures,
+    /// Every gateway, listed exits or not (indexed as the slots' `SlotToken::gateway`).
+    pub gateways: Vec<GatewayRecord>,
     pub sessions: usize,
     pub live_leases: usize,
     pub counts: Counts,
@@ -203,8 +276,9 @@ impl Pool {
         let (mut snap, listed, sessions_per_exit) = self.pool_figures(sel, now);
         // The first batch came with the pool-wide figures.
         for batch in listed[listed.len().min(EXITS_PER_HOLD)..].chunks(EXITS_PER_HOLD) {
-            let st = self.state.lock();
+            let mut st = self.state.lock();
             for &h in batch {
+                st.refresh(h, now);
                 st.copy_exit(h, now, sessions_per_exit[h as usize], &mut snap);
             }
             drop(st);
@@ -225,6 +299,16 @@ impl Pool {
             self.freed.notify_all();
         }
         guard.board.poll(now);
+        // Every slot shows the token it would lease with now, and the soonest rotation is
+        // one still to come: one comparison a slot whose token is current, in the pass that
+        // finds the exits present anyway.
+        let mut present: Vec<u32> = Vec::with_capacity(guard.exits.len());
+        for h in 0..guard.exits.len() as u32 {
+            if !guard.exits[h as usize].removed {
+                guard.refresh(h, now);
+                present.push(h);
+            }
+        }
         // Throughput is measured between marks at least a minute apart.
         let acquired = guard.counts.acquired;
         if now - guard.rate_mark.0 >= 60.0 {
@@ -238,7 +322,6 @@ impl Pool {
                 sessions_per_exit[s.exit as usize] += 1;
             }
         }
-        let present: Vec<u32> = (0..st.exits.len() as u32).filter(|&h| !st.exits[h as usize].removed).collect();
         let listed = st.listed(&present, sel);
         let sites: Vec<SiteRecord> = (1..st.site_names.len() as u32)
             .map(|site| {
@@ -252,9 +335,16 @@ impl Pool {
             })
             .collect();
         let mut figures = PoolFigures::default();
+        let mut gateways = st.gateway_records(now);
         for &h in &present {
-            figures.states[state_rank(st.board.tunnel_breaker(h).state())] += 1;
-            figures.benched += st.exits[h as usize].benched as u32;
+            let (b, s) = (st.board.tunnel_breaker(h), &st.exits[h as usize]);
+            let rank = state_rank(b.state());
+            figures.states[rank] += 1;
+            figures.benched += s.benched as u32;
+            // A gateway's slots summed in the same pass; the group is read with the breaker.
+            if let Some(r) = gateways.get_mut((b.group() as usize).wrapping_sub(1)) {
+                r.add_slot(s, rank, sessions_per_exit[h as usize]);
+            }
         }
         figures.in_service = st.views[0].members.len() as u32;
         let (t0, a0) = st.rate_prev;
@@ -276,6 +366,7 @@ impl Pool {
             groups,
             sites,
             pool: figures,
+            gateways,
             sessions: sessions_per_exit.iter().map(|&n| n as usize).sum(),
             live_leases: st.leases.live(),
             counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
@@ -327,6 +418,12 @@ impl State {
             sessions,
             tally: s.tally.clone(),
             weight: self.board.weight(h, 0),
+            token: s.exit.gateway.map(|link| SlotToken {
+                gateway: link.gateway,
+                generation: s.generation,
+                rotates_at: s.rotates_at,
+                learned_ip: s.learned_ip,
+            }),
         });
         for (site, record) in (1u32..).zip(&mut snap.sites) {
             let tally = self.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)).filter(|t| t.reports() > 0);
@@ -363,7 +460,8 @@ impl State {
             .iter()
             .copied()
             .filter(|&h| {
-                (sel.states.is_empty() || sel.states.contains(&self.board.tunnel_breaker(h).state()))
+                (sel.slots || self.exits[h as usize].exit.gateway.is_none())
+                    && (sel.states.is_empty() || sel.states.contains(&self.board.tunnel_breaker(h).state()))
                     && sel.tags.iter().all(|(k, v)| self.exits[h as usize].exit.tag(k) == Some(v.as_str()))
             })
             .collect();
@@ -408,5 +506,43 @@ impl State {
             }
         }
         groups.into_iter().map(|(k, g)| (k.to_string(), g)).collect()
+    }
+
+    /// Every gateway's breaker, indexed as its group on the board less one (the groups are
+    /// the gateways, in order), its slots' figures still to add ([`GatewayRecord::add_slot`]).
+    fn gateway_records(&self, now: f64) -> Vec<GatewayRecord> {
+        debug_assert_eq!(self.board.group_count() as usize, self.gateways.len(), "groups are gateways");
+        self.gateways
+            .iter()
+            .zip(&self.gateway_books)
+            .enumerate()
+            .map(|(i, (gw, book))| {
+                debug_assert_eq!(book.group as usize, i + 1, "gateway {i}'s group");
+                let grp = self.board.group(book.group).expect("every gateway has its group");
+                debug_assert_eq!(grp.name(), gw.id, "a gateway's group is named after it");
+                let out = grp.state() != Health::Healthy;
+                GatewayRecord {
+                    gateway: gw.clone(),
+                    state: grp.state(),
+                    cause: out.then(|| grp.cause().name()),
+                    since: grp.since(),
+                    until: (grp.state() == Health::Quarantined).then(|| grp.until()),
+                    outages: grp.outages,
+                    credential_rejections: grp.credential_rejections,
+                    absorbed: grp.absorbed,
+                    out_seconds: grp.total_out(now),
+                    failing: grp.failing(),
+                    rotations: book.rotations,
+                    members: grp.members(),
+                    trial_out: grp.trial_out(),
+                    states: [0; 5],
+                    benched: 0,
+                    active: 0,
+                    sessions: 0,
+                    leases: 0,
+                    next_rotation: f64::INFINITY,
+                }
+            })
+            .collect()
     }
 }

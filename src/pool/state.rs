@@ -180,8 +180,19 @@ pub(super) struct State {
     pub(super) rate_mark: (f64, u64),
     /// The gateways whose slots are exits here, by the index their exits' links carry.
     pub(super) gateways: Vec<Arc<Gateway>>,
+    /// Per gateway (indexed as `gateways`): its group on the health board and its rotations.
+    pub(super) gateway_books: Vec<GatewayBook>,
     /// Unix time = pool clock + this (the clock's own offset, read at birth).
     pub(super) unix_offset: f64,
+}
+
+/// What the pool keeps about one gateway beside its slots, for snapshots and metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct GatewayBook {
+    /// Its exit group on the health board (its breaker).
+    pub(super) group: u32,
+    /// Token rotations of its slots so far.
+    pub(super) rotations: u64,
 }
 
 impl State {
@@ -215,6 +226,7 @@ impl State {
         slot.generation = generation;
         slot.rotates_at = gw.rotates_at(link.slot, generation) - self.unix_offset;
         slot.learned_ip = None;
+        self.gateway_books[link.gateway as usize].rotations += 1;
         let msg = format!(
             "gateway {:?} slot {}: token generation {old} -> {generation} (lifetime {} s less margin {} s); \
              sessions bound to the old token end at their next lease; the next rotation is in {:.0} s",
@@ -232,6 +244,10 @@ impl State {
     /// out, one trial or probe brings them back).
     pub(super) fn gateway_joined(&mut self, gateway: u32, slots: &[u32], now: f64) {
         let group = self.board.add_group(&self.gateways[gateway as usize].id, now);
+        if self.gateway_books.len() <= gateway as usize {
+            self.gateway_books.resize(gateway as usize + 1, GatewayBook::default());
+        }
+        self.gateway_books[gateway as usize].group = group;
         for &h in slots {
             self.board.set_group(h, group);
         }

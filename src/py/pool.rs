@@ -486,8 +486,8 @@ impl PyPool {
     /// `Snapshot` TypedDict in the stubs. The arguments choose which exits are listed; the
     /// pool-wide figures always cover them all.
     #[pyo3(
-        signature = (exits=None, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None),
-        text_signature = "($self, exits=True, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None)"
+        signature = (exits=None, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None, slots=None),
+        text_signature = "($self, exits=True, *, state=None, tags=None, exit_ids=None, limit=None, by_tag=None, slots=True)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn snapshot<'py>(
@@ -499,9 +499,13 @@ impl PyPool {
         exit_ids: Option<&Bound<'py, PyAny>>,
         limit: Option<&Bound<'py, PyAny>>,
         by_tag: Option<&Bound<'py, PyAny>>,
+        slots: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let all = pyo3::types::PyBool::new(py, true);
-        let sel = snapshot::selection(py, exits.unwrap_or(all.as_any()), state, tags, exit_ids, limit, by_tag)?;
+        let mut sel = snapshot::selection(py, exits.unwrap_or(all.as_any()), state, tags, exit_ids, limit, by_tag)?;
+        if let Some(slots) = slots {
+            sel.slots = snapshot::flag(py, slots, "slots")?;
+        }
         snapshot::snapshot(py, &self.core, &self.dispatch, &sel)
     }
 

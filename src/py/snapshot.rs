@@ -91,6 +91,14 @@ pub(super) fn selection(
     Ok(sel)
 }
 
+/// A True-or-False argument of `snapshot()`.
+pub(super) fn flag(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    match value.cast::<PyBool>() {
+        Ok(b) => Ok(b.is_true()),
+        Err(_) => Err(invalid_input(py, format!("snapshot {what} must be True or False, got {}", kind(value)))),
+    }
+}
+
 /// The items of a collection argument: not one string (which would be its characters).
 fn items<'py>(py: Python<'py>, value: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
     if value.is_instance_of::<PyString>() && what == "exit_ids" {

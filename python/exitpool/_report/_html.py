@@ -8,11 +8,11 @@ change for reasons of their own.
 from __future__ import annotations
 
 import html
-from typing import Any, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping
 
 from ._format import _NO_DATA, _STATE_COLOURS, _age, _bucket, _cell_mark, _heat_css, _hex, _ink, _int, _pct, _rgb, _secs
 from ._layout import _Layout
-from ._schema import _num
+from ._schema import STATES, _num
 from ._verdict import FAIL_BELOW
 
 _CSS = """
@@ -57,6 +57,10 @@ table.exits th{background:#eef0f3;text-align:left;padding:4px 8px;font-weight:60
 table.exits td{padding:3px 8px;border-top:1px solid #eef0f3;white-space:nowrap}
 table.exits td.n{text-align:right;font-variant-numeric:tabular-nums}
 table.exits tr.bad td.id{color:#7a1010;font-weight:700}
+details.gateway{background:#fff;border:1px solid #dde1e6;border-radius:6px;margin:6px 0;padding:4px 8px}
+details.gateway summary{cursor:pointer;font-size:13px}
+details.gateway summary .id{font-weight:700}
+details.gateway summary .out{color:#7a1010;font-weight:700}
 .proxy{color:#666;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 .foot{color:#888;font-size:12px;margin-top:14px}
 """
@@ -114,6 +118,14 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w(f'<div class="fig"><div class="k">{esc(k)}</div><div class="v">{esc(val)}</div></div>')
     w("</section>\n")
 
+    # A gateway's slots are folded under it, here and in the tables below.
+    gateways = [g for g in lay.snap.get("gateways") or [] if isinstance(g, dict)]
+    slots_of: Dict[str, List[Dict[str, Any]]] = {str(g.get("gateway_id")): [] for g in gateways}
+    plain: List[Dict[str, Any]] = []
+    for e in lay.exits:
+        gw = e.get("gateway")
+        (slots_of[gw] if isinstance(gw, str) and gw in slots_of else plain).append(e)
+
     # The heatmap: every exit, every site.
     w("<h2>Success rate, exit × site — a red row is a bad exit, a red column a bad site</h2>")
     w('<div class="legend">')
@@ -127,7 +139,6 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
     if not g.sites:
         w("<p>No per-site data yet: lease with <code>site=...</code> to fill the matrix.</p>")
     else:
-        site_names = [esc(s) for s in g.sites]
         w('<div class="scroll"><table class="heat"><thead><tr><th></th>')
         for j in lay.site_cols:
             s = g.sites[j]
@@ -135,22 +146,16 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
             mark = '<span class="mark">⚠</span>' if s in lay.incidents else ""
             w(f'<th class="{cls}" title="{esc(s)}"><div>{esc(s)}</div>{mark}</th>')
         w('<th class="sum">fails on</th></tr></thead><tbody>')
-        for e in lay.exits:
-            x = e["exit_id"]
-            i = lay.row(x)
-            bad = x in lay.bad_exits
-            w(f'<tr><th class="exit{" bad" if bad else ""}">{esc(x)}</th>')
-            ex = esc(x)
-            for j in lay.site_cols:
-                rate = lay.rates[i][j] if i is not None else None
-                if i is None or rate is None:  # an exit missing from the matrix has no cells
-                    w('<td class="c nd">·</td>')
-                    continue
-                state = g.get(i, j, "state")
-                tip = f"{ex} × {site_names[j]}: {_pct(rate)} of {_int(g.get(i, j, 'reports'))}, {esc(str(state))}"
-                w(f'<td class="c p{_bucket(rate)}" title="{tip}">{_pct(rate).rstrip("%")}{_cell_mark(state)}</td>')
-            f, n = lay.row_fails(i)
-            w(f'<td class="sum{" bad" if bad else ""}">{f"{f}/{n} sites" if n else "–"}</td></tr>')
+        _heat_rows(w, plain, lay)
+        for gid, slots in slots_of.items():
+            if slots:
+                # A gateway's slots in a row of their own, folded (a table cannot fold rows).
+                failing = sum(1 for e in slots if e["exit_id"] in lay.bad_exits)
+                w(f'<tr><td colspan="{len(lay.site_cols) + 2}"><details class="gateway-heat"><summary>')
+                w(f"gateway {esc(gid)}: {len(slots)} slots, {failing} bad</summary>")
+                w('<table class="heat"><tbody>')
+                _heat_rows(w, slots, lay)
+                w("</tbody></table></details></td></tr>")
         w('</tbody><tfoot><tr><th class="exit">fails on</th>')
         for j in lay.site_cols:
             f, n = lay.col_fails(j)
@@ -158,29 +163,79 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w('<td class="sum">exits</td></tr></tfoot></table></div>\n')
 
     # The exits table, all of them.
+    # The gateways, one row each, their slots folded; the plain exits' table below.
+    if gateways:
+        w("<h2>Gateways: one row each, its slots folded</h2>")
+        for gw in gateways:
+            gid = str(gw.get("gateway_id"))
+            _gateway_row(w, gw, slots_of[gid], lay)
     w("<h2>Exits by state, worst first</h2>")
+    _exits_table(w, plain, lay)
+    w(
+        '<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
+        f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n"
+    )
+    return "".join(out)
+
+
+_EXIT_COLUMNS = (
+    "exit",
+    "proxy",
+    "state",
+    "for",
+    "success",
+    "captcha",
+    "p50",
+    "p95",
+    "p99",
+    "active",
+    "sessions",
+    "leases",
+    "quarantines",
+    "quarantined",
+    "weight",
+    "capacity",
+)
+
+
+def _gateway_row(w: Callable[[str], Any], gw: Mapping[str, Any], slots: List[Dict[str, Any]], lay: _Layout) -> None:
+    """One gateway: its breaker and figures on one line (a ``<details>`` summary), its slots'
+    table folded under it, so that a gateway of 500 slots is one row until opened."""
+    esc = html.escape
+    state = str(gw.get("state"))
+    cause = gw.get("cause")
+    by_state = gw.get("slot_states") or {}
+    counts = ", ".join(f"{_int(by_state.get(s))} {s}" for s in STATES if _int(by_state.get(s)))
+    t = _num(lay.snap.get("time"))
+    nxt = _num(gw.get("next_rotation"))
+    rotation = "never" if nxt is None else (f"in {_age(nxt - t)}" if t is not None else "–")
+    lifetime = _num(gw.get("lifetime"))
+    out = state != "healthy"
+    w(f'<details class="gateway" data-gateway="{esc(str(gw.get("gateway_id")))}"><summary>')
+    w(f'<span class="id">{esc(str(gw.get("gateway_id")))}</span> <span class="proxy">{esc(str(gw.get("proxy", "")))}</span> · ')
+    w(f'<span class="{"out" if out else ""}" style="color:{_STATE_COLOURS.get(state, "#000")};font-weight:600">{esc(state)}</span>')
+    if out and cause:
+        w(f' <span class="out">({esc("wrong credentials: 407" if cause == "credentials" else "cannot connect")})</span>')
+    w(
+        f" · {_int(gw.get('slots'))} slots ({esc(counts or 'none')})"
+        f" · lifetime {'never expires' if lifetime is None else _age(lifetime)} · next rotation {esc(rotation)}"
+        f" · {_int(gw.get('rotations'))} rotations · {_int(gw.get('outages'))} outages"
+        f" · {_int(gw.get('credential_rejections'))} × 407 · {_int(gw.get('absorbed'))} failures absorbed"
+        f" · out {_age(gw.get('out_seconds'))}"
+    )
+    w("</summary>")
+    _exits_table(w, slots, lay)
+    w("</details>\n")
+
+
+def _exits_table(w: Callable[[str], Any], exits: List[Dict[str, Any]], lay: _Layout) -> None:
+    """The exits' table, one row each, in the order given."""
+    esc = html.escape
     w('<div class="scroll"><table class="exits"><thead><tr>')
-    for h in (
-        "exit",
-        "proxy",
-        "state",
-        "for",
-        "success",
-        "captcha",
-        "p50",
-        "p95",
-        "p99",
-        "active",
-        "sessions",
-        "leases",
-        "quarantines",
-        "quarantined",
-        "weight",
-        "capacity",
-    ):
+    for h in _EXIT_COLUMNS:
         w(f"<th>{h}</th>")
     w("</tr></thead><tbody>")
-    for e in lay.exits:
+    for e in exits:
         state = str(e.get("state"))
         rate = _num(e.get("success_rate"))
         lat = e.get("latency") or {}
@@ -206,8 +261,25 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
         w(f'<td class="n">{_age(e.get("quarantined_seconds"))}</td>')
         w(f'<td class="n">{"–" if weight is None else f"{weight:.2f}"}</td><td class="n">{_int(e.get("capacity"))}</td></tr>')
     w("</tbody></table></div>\n")
-    w(
-        '<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
-        f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n"
-    )
-    return "".join(out)
+
+
+def _heat_rows(w: Callable[[str], Any], exits: List[Dict[str, Any]], lay: _Layout) -> None:
+    """The heatmap's rows of `exits`, one each, in the order given."""
+    esc, g = html.escape, lay.grid
+    site_names = [esc(s) for s in g.sites]
+    for e in exits:
+        x = e["exit_id"]
+        i = lay.row(x)
+        bad = x in lay.bad_exits
+        w(f'<tr><th class="exit{" bad" if bad else ""}">{esc(x)}</th>')
+        ex = esc(x)
+        for j in lay.site_cols:
+            rate = lay.rates[i][j] if i is not None else None
+            if i is None or rate is None:  # an exit missing from the matrix has no cells
+                w('<td class="c nd">·</td>')
+                continue
+            state = g.get(i, j, "state")
+            tip = f"{ex} × {site_names[j]}: {_pct(rate)} of {_int(g.get(i, j, 'reports'))}, {esc(str(state))}"
+            w(f'<td class="c p{_bucket(rate)}" title="{tip}">{_pct(rate).rstrip("%")}{_cell_mark(state)}</td>')
+        f, n = lay.row_fails(i)
+        w(f'<td class="sum{" bad" if bad else ""}">{f"{f}/{n} sites" if n else "–"}</td></tr>')
