@@ -49,6 +49,7 @@ bench: $(BIN)/python ## the benchmarks (release build)
 	$(BIN)/python bench/ring.py
 	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/gateway.py
 
 # The `docs` extra's requirements, quoted for the shell, read from pyproject.toml (their one
 # source): the site needs MkDocs only, not the extension that `pip install ".[docs]"` would build.
