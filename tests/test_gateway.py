@@ -231,3 +231,18 @@ def test_a_gateway_pickles_through_its_constructor():
     h = pickle.loads(pickle.dumps(g))
     assert repr(h) == repr(g) and h.token(2, at=T0) == g.token(2, at=T0)
     assert (h.rebind, h.margin, h.session_length, h.session_alphabet) == (True, 30.0, 12, "alnum")
+
+
+def test_a_subset_by_tag_takes_a_gateways_slots_by_their_gateways_tags():
+    de = resi(3)  # tags={"country": "de"}
+    us = Gateway("us", URL, slots=2, username="{user}-cc-us-session-{session}", lifetime=600, tags={"country": "us"})
+    dc = Exit("dc-1", "http://10.0.0.7:3128", tags={"country": "de"})
+    pool = Pool([de, us, dc], clock=ManualClock(T0))
+    german = pool.subset(country="de")
+    assert sorted(e.exit_id for e in german.exits) == ["dc-1", "resi-0", "resi-1", "resi-2"]
+    for n in range(12):
+        with german.lease() as lease:
+            assert lease.exit_id != "us-0" and lease.exit_id != "us-1"
+        with german.lease(f"acct-{n}") as lease:
+            assert lease.exit.tags == {"country": "de"}
+    assert sorted(e.exit_id for e in pool.subset(country="us").exits) == ["us-0", "us-1"]
