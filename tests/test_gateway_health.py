@@ -48,6 +48,11 @@ def test_a_407_takes_every_slot_out_at_once_and_says_it_is_configuration():
         lease = pool.acquire(timeout=0)
         assert lease.exit_id == "dc-1"
         pool.release(lease)
+    # The snapshot says what pool.state says: every slot is out while its gateway is.
+    snap = pool.snapshot()
+    rows = {e["exit_id"]: e["state"] for e in snap["exits"]}
+    assert {rows[f"resi-{n}"] for n in range(6)} == {"quarantined"} and rows["dc-1"] == "healthy"
+    assert sorted(e["exit_id"] for e in pool.snapshot(state="quarantined")["exits"]) == [f"resi-{n}" for n in range(6)]
     # Reviving one slot says the gateway works: every slot is back.
     pool.revive("resi-4")
     assert set(slot_states(pool).values()) == {"healthy"}

@@ -338,12 +338,13 @@ impl Pool {
         let mut gateways = st.gateway_records(now);
         for &h in &present {
             let (b, s) = (st.board.tunnel_breaker(h), &st.exits[h as usize]);
-            let rank = state_rank(b.state());
-            figures.states[rank] += 1;
+            // Pool figures count a slot of a gateway that is out as out; the gateway's own
+            // row counts its slots by their own breakers (its state is beside them).
+            figures.states[state_rank(st.board.state(h, None))] += 1;
             figures.benched += s.benched as u32;
             // A gateway's slots summed in the same pass; the group is read with the breaker.
             if let Some(r) = gateways.get_mut((b.group() as usize).wrapping_sub(1)) {
-                r.add_slot(s, rank, sessions_per_exit[h as usize]);
+                r.add_slot(s, state_rank(b.state()), sessions_per_exit[h as usize]);
             }
         }
         figures.in_service = st.views[0].members.len() as u32;
@@ -409,7 +410,9 @@ impl State {
         let b = self.board.tunnel_breaker(h);
         snap.exits.push(ExitRecord {
             exit: s.exit.clone(),
-            state: b.state(),
+            // Its gateway's state too: a slot of a gateway that is out is out, as `pool.state`
+            // says; since when is its own breaker's.
+            state: self.board.state(h, None),
             state_since: b.since(),
             quarantines: b.quarantines,
             quarantined_seconds: b.total_quarantined(now),
@@ -461,7 +464,7 @@ impl State {
             .copied()
             .filter(|&h| {
                 (sel.slots || self.exits[h as usize].exit.gateway.is_none())
-                    && (sel.states.is_empty() || sel.states.contains(&self.board.tunnel_breaker(h).state()))
+                    && (sel.states.is_empty() || sel.states.contains(&self.board.state(h, None)))
                     && sel.tags.iter().all(|(k, v)| self.exits[h as usize].exit.tag(k) == Some(v.as_str()))
             })
             .collect();
@@ -470,7 +473,7 @@ impl State {
         // first exits in pool order.
         let mut per_state = [0usize; 5];
         for &h in &matching {
-            per_state[state_rank(self.board.tunnel_breaker(h).state())] += 1;
+            per_state[state_rank(self.board.state(h, None))] += 1;
         }
         let mut room = limit;
         let mut quota = [0usize; 5];
@@ -481,7 +484,7 @@ impl State {
         matching
             .into_iter()
             .filter(|&h| {
-                let q = &mut quota[state_rank(self.board.tunnel_breaker(h).state())];
+                let q = &mut quota[state_rank(self.board.state(h, None))];
                 let take = *q > 0;
                 *q = q.saturating_sub(1);
                 take
