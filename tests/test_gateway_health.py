@@ -82,3 +82,17 @@ def test_a_slot_failing_alone_is_that_slots_own():
     assert states["resi-1"] == "quarantined"
     assert all(s == "healthy" for e, s in states.items() if e != "resi-1")
     assert "gateway_down" not in kinds(pool)
+
+
+def test_a_gateway_that_is_out_is_probed_through_one_slot_once_its_backoff_is_over():
+    pool, clock = fleet()
+    pool.release(lease_on(pool, "resi-2"), status=407)
+    # Waiting out its backoff: none of its slots is due, however idle; the plain exit is.
+    assert [e.exit_id for e in pool.probe_due(idle=0.0)] == ["dc-1"]
+    clock.advance(3600.0)
+    due = [e.exit_id for e in pool.probe_due(idle=0.0)]
+    slots = [e for e in due if e.startswith("resi-")]
+    assert len(slots) == 1 and "dc-1" in due, due
+    pool.record_probe(slots[0], True)
+    assert set(slot_states(pool).values()) == {"healthy"}
+    assert len([e for e in pool.probe_due(idle=0.0) if e.exit_id.startswith("resi-")]) == 6

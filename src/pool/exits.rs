@@ -207,10 +207,18 @@ impl Pool {
     }
 
     fn due(st: &super::State, idle: f64, now: f64) -> Vec<u32> {
+        // A gateway that is out is judged as a whole: none of its slots is due while it waits
+        // out its backoff, and one slot (the first) carries its trial, not all of them.
+        let mut trial_taken = vec![false; st.board.group_count() as usize + 1];
         st.views[0]
             .members
             .iter()
             .filter(|&&h| {
+                let g = st.board.group_of(h);
+                if let Some(group) = st.board.group(g).filter(|group| group.state() != Health::Healthy) {
+                    let first = !std::mem::replace(&mut trial_taken[g as usize], true);
+                    return group.state() == Health::Probing && !group.trial_out() && first;
+                }
                 let b = st.board.tunnel_breaker(h);
                 match b.state() {
                     Health::Probing => b.trials_out() == 0,
