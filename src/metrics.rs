@@ -86,14 +86,17 @@ impl Histogram {
 
 /// Counts and latencies for one exit, or one exit on one site.
 #[derive(Debug, Clone, Default, PartialEq)]
+// In this order: a lease counts `leases` (kept in its exit slot's first cache line) and a
+// report writes the rest but `latency`, which only a reported latency touches.
+#[repr(C)]
 pub struct Tally {
     pub leases: u64,
-    pub outcomes: [u64; 8],
-    pub latency: Histogram,
     /// The last 64 reports as bits (newest in bit 0): successes, and captchas.
     ok_bits: u64,
     captcha_bits: u64,
     recent: u8,
+    pub outcomes: [u64; 8],
+    pub latency: Histogram,
 }
 
 /// Reports the recent rates look back over.

@@ -20,10 +20,13 @@ use rand::rngs::SmallRng;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+// Laid out by hand, the fields a lease reads and writes first, in the slot's first cache line
+// (aligned to it): at a random exit of a large pool the slot is a cache miss, and its 460
+// bytes in compiler order put `exit`, `active` and the lease count three lines apart, so
+// prefetching the slot's start fetched none of them.
+#[repr(C, align(64))]
 pub(super) struct ExitSlot {
     pub(super) exit: Arc<Exit>,
-    /// Identity (key hash) -> (last served, burned by a block or captcha), when calibrating.
-    pub(super) identities: HashMap<u64, (f64, bool)>,
     pub(super) active: u32,
     /// `exit.capacity`, here beside `active`: a keyless pick reads both for each exit it
     /// weighs, and following the `Arc` was one more cache miss per exit in a large pool.
@@ -31,17 +34,23 @@ pub(super) struct ExitSlot {
     capacity: u32,
     /// When the exit last took a lease (pool clock), for choosing idle exits to probe.
     pub(super) last_lease: f64,
-    pub(super) benched: bool,
-    pub(super) removed: bool,
-    pub(super) tally: Tally,
     /// Pool-clock time the exit's token rotates: `inf` for a plain exit, so the check a lease
     /// makes ([`State::refresh`]) is one comparison that never passes.
     pub(super) rotates_at: f64,
     /// A gateway slot's token generation (0 for a plain exit).
     pub(super) generation: u64,
+    pub(super) benched: bool,
+    pub(super) removed: bool,
+    /// Its lease count first (`Tally` is laid out so), in the same line as the above.
+    pub(super) tally: Tally,
+    /// Identity (key hash) -> (last served, burned by a block or captcha), when calibrating.
+    pub(super) identities: HashMap<u64, (f64, bool)>,
     /// The IP a probe saw through the current token: the one later probes expect.
     pub(super) learned_ip: Option<std::net::IpAddr>,
 }
+
+// The lease count shares the first line with the fields above it.
+const _: () = assert!(std::mem::offset_of!(ExitSlot, tally) + 8 <= 64);
 
 impl ExitSlot {
     /// A slot for an exit joining the pool: idle, in service, nothing measured yet.
@@ -378,7 +387,10 @@ impl State {
     /// cache misses in several arrays, which then overlap instead of following one another.
     #[inline]
     pub(super) fn prefetch(&self, h: u32, site: u32) {
-        crate::prefetch::prefetch(&self.exits[h as usize]);
+        let slot = &self.exits[h as usize];
+        crate::prefetch::prefetch(slot);
+        // The tally's outcome counts and recent bits, a line further on.
+        crate::prefetch::prefetch(&slot.tally.outcomes);
         self.board.prefetch_report(h, site);
         if let Some(t) = self.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)) {
             crate::prefetch::prefetch(t);
