@@ -6,8 +6,10 @@ seen as two addresses; a fresh tunnel per lease on request; no credential in any
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -20,6 +22,7 @@ from exitpool import httpx as ep_httpx
 from exitpool import requests as ep_requests
 from exitpool.testbed import Testbed
 
+ROOT = Path(__file__).resolve().parent.parent
 T = 5.0  # every client call is bounded
 ROUNDS = 50
 WRONG = "wrong-S3CRET-pw"
@@ -380,3 +383,29 @@ async def test_aiohttp_new_credentials_on_a_socks_exit_get_a_new_session():
             async with http.get(tb.control_url) as r:
                 assert await r.json() == {"ip": "127.0.6.3"}
             assert first.closed and http._socks["exit-0"].session is not first
+
+
+@pytest.mark.asyncio
+async def test_httpx_async_clients_over_socks_with_a_fresh_tunnel_per_lease():
+    async with Testbed(n_exits=2, scheme=["socks5", "socks5h"]) as tb:
+        pool = Pool(tb.exits)
+        keys = accounts_for(pool, tb.exits)
+        async with ep_httpx.AsyncClients(timeout=T, fresh=True) as clients:
+            for _ in range(3):
+                for exit_id, key in keys.items():
+                    async with pool.lease(key) as lease:
+                        for _ in range(2):
+                            r = await clients.client(lease).get(tb.control_url)
+                            assert r.json() == {"ip": lease.exit.ip} and lease.exit_id == exit_id
+        assert [p.tunnels for p in tb.proxies] == [3, 3]
+
+
+def test_the_test_extra_installs_every_socks_package():
+    tomllib = pytest.importorskip("tomllib")
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=\[ ]", r, maxsplit=1)[0].lower() for r in extras["test"]}
+    assert {"aiohttp-socks", "socksio", "pysocks"} <= names
+    assert extras["socks"] == ["exitpool[aiohttp-socks,httpx-socks,requests-socks]"]
+    assert any(r.startswith("aiohttp-socks") for r in extras["aiohttp-socks"])
+    assert extras["httpx-socks"][0].startswith("httpx[socks]") and extras["requests-socks"][0].startswith("requests[socks]")
