@@ -409,3 +409,100 @@ def test_the_test_extra_installs_every_socks_package():
     assert extras["socks"] == ["exitpool[aiohttp-socks,httpx-socks,requests-socks]"]
     assert any(r.startswith("aiohttp-socks") for r in extras["aiohttp-socks"])
     assert extras["httpx-socks"][0].startswith("httpx[socks]") and extras["requests-socks"][0].startswith("requests[socks]")
+
+
+# -- https through tunnels: twins on one host:port stay two addresses --------------------------
+
+
+class TlsTarget:
+    """An https endpoint on loopback (a trustme CA) answering ``{"ip": <client address>}``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        import ssl
+
+        import trustme
+
+        self.ca = trustme.CA()
+        self.server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("127.0.0.1").configure_cert(self.server_ctx)
+        self.client_ctx = ssl.create_default_context()
+        self.ca.configure_trust(self.client_ctx)
+        self.ca_file = str(tmp_path / "ca.pem")
+        self.ca.cert_pem.write_to_path(self.ca_file)
+        self.url = ""
+        self._runner = None
+
+    async def start(self) -> TlsTarget:
+        from aiohttp import web
+
+        async def ip(request):
+            return web.json_response({"ip": request.remote})
+
+        app = web.Application()
+        app.router.add_get("/ip", ip)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.server_ctx)
+        await site.start()
+        self.url = f"https://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/ip"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def twins_world() -> Testbed:
+    return Testbed(n_exits=2, scheme=["http", "socks5h"])
+
+
+def twin_exits(tb: Testbed) -> list:
+    return [
+        tb.exits[0],
+        tb.proxies[0].add_user("twin", source_ip="127.0.7.1"),
+        tb.exits[1],
+        tb.proxies[1].add_user("twin", source_ip="127.0.7.2"),
+    ]
+
+
+def test_requests_https_twins_are_two_ips(tmp_path):
+    with twins_world() as tb:
+        target = tb.run(TlsTarget(tmp_path).start())
+        exits = twin_exits(tb)
+        sessions: dict = {}
+        for _ in range(ROUNDS // 5):
+            for exit in exits:
+                s = sessions[exit.exit_id] = ep_requests.session_for(exit, sessions.get(exit.exit_id))
+                assert s.get(target.url, timeout=T, verify=target.ca_file).json() == {"ip": exit.ip}
+        for s in sessions.values():
+            s.close()
+        assert [p.connections for p in tb.proxies] == [2, 2]
+        tb.run(target.stop())
+
+
+def test_httpx_https_twins_are_two_ips(tmp_path):
+    with twins_world() as tb:
+        target = tb.run(TlsTarget(tmp_path).start())
+        exits = twin_exits(tb)
+        with ep_httpx.Clients(timeout=T, verify=target.client_ctx) as clients:
+            for _ in range(ROUNDS // 5):
+                for exit in exits:
+                    assert clients.client(exit).get(target.url).json() == {"ip": exit.ip}
+        assert [p.connections for p in tb.proxies] == [2, 2]
+        tb.run(target.stop())
+
+
+@pytest.mark.asyncio
+async def test_aiohttp_https_twins_are_two_ips(tmp_path):
+    async with twins_world() as tb:
+        target = await TlsTarget(tmp_path).start()
+        exits = twin_exits(tb)
+        pool = Pool(exits)
+        keys = accounts_for(pool, exits)
+        async with ep_aiohttp.ExitSession(pool, timeout=aiohttp.ClientTimeout(total=T)) as http:
+            for _ in range(ROUNDS // 5):
+                for exit in exits:
+                    async with http.get(target.url, key=keys[exit.exit_id], ssl=target.client_ctx) as r:
+                        assert await r.json() == {"ip": exit.ip}
+        assert [p.connections for p in tb.proxies] == [2, 2]
+        await target.stop()
