@@ -435,19 +435,30 @@ class Proxy(_Server):
                 await asyncio.sleep(self._delay)
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await asyncio.wait_for(writer.drain(), self.timeout)
-            pipes = [
-                asyncio.ensure_future(self._pipe(reader, up_writer)),
-                asyncio.ensure_future(self._pipe(up_reader, writer)),
-            ]
-            try:
-                await asyncio.wait(pipes, timeout=self.tunnel_ttl, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for p in pipes:
-                    p.cancel()
-                await asyncio.wait(pipes, timeout=1.0)
+            await self._splice(reader, writer, up_reader, up_writer)
         finally:
             self._writers.discard(up_writer)
             up_writer.close()
+
+    async def _splice(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Pass bytes both ways until one side ends, for at most ``tunnel_ttl`` (the HTTP
+        ``CONNECT`` tunnel and the SOCKS one alike)."""
+        pipes = [
+            asyncio.ensure_future(self._pipe(reader, up_writer)),
+            asyncio.ensure_future(self._pipe(up_reader, writer)),
+        ]
+        try:
+            await asyncio.wait(pipes, timeout=self.tunnel_ttl, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for p in pipes:
+                p.cancel()
+            await asyncio.wait(pipes, timeout=1.0)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # Bounded by the idle timeout between chunks and the tunnel's lifetime (tunnel_ttl).

@@ -14,7 +14,7 @@ import collections
 import ipaddress
 import socket
 import struct
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from ._proxy import Proxy, _Reject
 from ._server import _check_loopback
@@ -244,16 +244,7 @@ class Socks5Proxy(Proxy):
             bind = up_writer.get_extra_info("sockname") or ("0.0.0.0", 0)
             writer.write(_reply(_SUCCEEDED, (bind[0], bind[1])))
             await asyncio.wait_for(writer.drain(), self.timeout)
-            pipes: List[asyncio.Future] = [
-                asyncio.ensure_future(self._pipe(reader, up_writer)),
-                asyncio.ensure_future(self._pipe(up_reader, writer)),
-            ]
-            try:
-                await asyncio.wait(pipes, timeout=self.tunnel_ttl, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for p in pipes:
-                    p.cancel()
-                await asyncio.wait(pipes, timeout=1.0)
+            await self._splice(reader, writer, up_reader, up_writer)
         finally:
             self._writers.discard(up_writer)
             up_writer.close()
