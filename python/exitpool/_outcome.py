@@ -2,8 +2,8 @@
 
 The lease (an exception leaving a ``with pool.lease()`` block), the Scrapy middleware (a
 download error) and the probes all classify with :func:`_classify`. Only modules the program
-has already imported are looked at, so classifying never imports requests, httpx, aiohttp or
-Twisted on its own."""
+has already imported are looked at, so classifying never imports requests, httpx, aiohttp,
+curl_cffi or Twisted on its own."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("httpx", "ConnectTimeout", "connect"),
     ("aiohttp", "ConnectionTimeoutError", "connect"),  # aiohttp >= 3.10: the sock_connect timeout
     ("twisted.internet.error", "TCPTimedOutError", "connect"),
+    ("curl_cffi.requests.exceptions", "ConnectTimeout", "connect"),
     ("builtins", "TimeoutError", "timeout"),
     ("socket", "timeout", "timeout"),
     ("asyncio", "TimeoutError", "timeout"),
@@ -34,6 +35,7 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("urllib3.exceptions", "TimeoutError", "timeout"),
     ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
     ("twisted.internet.error", "TimeoutError", "timeout"),
+    ("curl_cffi.requests.exceptions", "Timeout", "timeout"),
     # A request Scrapy dropped or cancelled says nothing about the exit.
     ("scrapy.exceptions", "IgnoreRequest", "other"),
     ("scrapy.exceptions", "DownloadCancelledError", "other"),
@@ -62,6 +64,9 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("twisted.web._newclient", "ResponseNeverReceived", "connect"),
     ("twisted.web._newclient", "ResponseFailed", "connect"),
     ("twisted.web._newclient", "RequestTransmissionFailed", "connect"),
+    # curl_cffi's errors are OSErrors, not the builtin ConnectionError.
+    ("curl_cffi.requests.exceptions", "ProxyError", "connect"),
+    ("curl_cffi.requests.exceptions", "ConnectionError", "connect"),
 )
 
 
@@ -82,8 +87,11 @@ def _classify(exc: BaseException) -> str:
 
 # A proxy's answer to CONNECT, as the clients spell it in their errors: http.client's "Tunnel
 # connection failed: 407 Proxy Authentication Required" (requests, urllib3), httpx's "407 Proxy
-# Authentication Required", Scrapy's "{'status': 407, ...}".
-_PROXY_STATUS = re.compile(r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b")
+# Authentication Required", Scrapy's "{'status': 407, ...}", libcurl's (curl_cffi) "CONNECT tunnel
+# failed, response 407".
+_PROXY_STATUS = re.compile(
+    r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b|CONNECT tunnel failed, response ([1-5][0-9]{2})\b"
+)
 
 
 def _proxy_status(exc: BaseException) -> Optional[int]:
@@ -93,7 +101,7 @@ def _proxy_status(exc: BaseException) -> Optional[int]:
         status = getattr(exc, "status", None)
         return status if isinstance(status, int) and 100 <= status <= 599 else None
     m = _PROXY_STATUS.search(str(exc))
-    return int(m.group(1) or m.group(2)) if m else None
+    return int(m.group(1) or m.group(2) or m.group(3)) if m else None
 
 
 def _classify_failure(exc: BaseException) -> Tuple[str, Optional[int]]:
