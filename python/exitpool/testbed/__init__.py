@@ -8,6 +8,13 @@
   from its own source address (``127.0.1.N`` by default), so the target sees one client IP per
   exit. At run time a proxy can be killed (connections refused, open ones closed), revived,
   slowed, made flaky, or made to drift (leave from another address).
+- With ``Testbed(scheme="socks5")`` (or ``"socks5h"``, or a list, one scheme per exit) the
+  exits are SOCKS5 proxies instead (:class:`Socks5Proxy`): RFC 1928 ``CONNECT`` with RFC 1929
+  user name and password (wrong ones refused; ``socks_auth=False`` for none), destinations
+  given as IPv4 addresses or as names resolved at the proxy (``hosts={"shop.test":
+  "127.0.0.1"}``, for socks5h), leaving from their own source address like the HTTP ones.
+  ``proxy.add_user(user, source_ip=...)`` puts more credentials on a proxy's port, each
+  leaving from its own address (two exits on one host:port).
 - A target site (:class:`Site`, aiohttp.web) that behaves like a guarded platform: per-IP rate
   limits (429 + ``Retry-After``), persistent bans (403) for IPs that keep hammering after 429s,
   captcha pages, verification challenges for an account seen from a new IP, and site-wide
@@ -74,6 +81,7 @@ from ._control import Control
 from ._gateway import ProviderGateway
 from ._proxy import Proxy
 from ._site import Site
+from ._socks import Socks5Proxy
 from ._world import Testbed
 
-__all__ = ["Control", "Proxy", "ProviderGateway", "Site", "Testbed"]
+__all__ = ["Control", "Proxy", "ProviderGateway", "Site", "Socks5Proxy", "Testbed"]

@@ -148,7 +148,8 @@ class Proxy(_Server):
 
     ``url`` is ``http://user:password@127.0.0.1:port``; ``exit()`` gives the matching
     :class:`exitpool.Exit`. Controls, callable from any thread: :meth:`kill`, :meth:`revive`,
-    :meth:`slow`, :meth:`flaky`, :meth:`drift`. Counters: ``connections``, ``requests``
+    :meth:`slow`, :meth:`flaky`, :meth:`drift`; :meth:`add_user` adds credentials that leave
+    from another address. Counters: ``connections``, ``requests``
     (forwarded requests and tunnels), ``tunnels``, ``auth_failures``, ``dropped``,
     ``upstream_errors``.
 
@@ -183,6 +184,8 @@ class Proxy(_Server):
         self.idle_timeout = float(idle_timeout)
         token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode("ascii")
         self._expected_auth = f"Basic {token}"
+        # Credentials added with add_user: user -> (password, source address).
+        self._users: Dict[str, Tuple[str, str]] = {}
         self._delay = 0.0
         self._flaky_rate = 0.0
         self._rng = random.Random()
@@ -214,6 +217,39 @@ class Proxy(_Server):
     def exit(self, exit_id: Optional[str] = None, *, capacity: int = 1, tags: Optional[Dict[str, str]] = None) -> Exit:
         """``Exit(exit_id or name, url, ip=source_ip)``: the exit as a pool sees it now."""
         return Exit(exit_id or self.name, self.url, ip=self.source_ip, capacity=capacity, tags=tags)
+
+    def add_user(self, user: str, *, source_ip: str, password: Optional[str] = None, exit_id: Optional[str] = None) -> Exit:
+        """More credentials on this same port, leaving from ``source_ip``: the exit they make
+        (``exit_id`` default ``{name}-{user}``). Two exits on one host:port that differ only in
+        credentials, as a gateway's accounts are, for tests of connection reuse."""
+        if ":" in user or user == self.user:
+            raise ValueError(f"add_user({user!r}): a new user name without ':'")
+        password = password if password is not None else secrets.token_hex(8)
+        self._users[user] = (password, _check_loopback(source_ip, "source_ip"))
+        return Exit(exit_id or f"{self.name}-{user}", self._user_url(user, password), ip=source_ip)
+
+    def _user_url(self, user: str, password: str) -> str:
+        return f"http://{user}:{password}@{self.host}:{self.port}"
+
+    def _basic_source(self, authorization: str) -> Optional[str]:
+        """The source address of a ``Basic`` Proxy-Authorization's credentials, or None."""
+        scheme, _, value = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        try:
+            user, sep, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return self._source_for(user, password) if sep else None
+
+    def _source_for(self, user: str, password: str) -> Optional[str]:
+        """The source address these credentials leave from, or None when they are wrong."""
+        if user == self.user:
+            return self.source_ip if hmac.compare_digest(password.encode(), self.password.encode()) else None
+        known = self._users.get(user)
+        if known is None or not hmac.compare_digest(password.encode(), known[0].encode()):
+            return None
+        return known[1]
 
     # -- controls
     def slow(self, seconds: Optional[float]) -> None:
@@ -339,10 +375,13 @@ class Proxy(_Server):
         """Checks a request's ``Proxy-Authorization`` and returns the source address it leaves
         from; raises :class:`_Reject` (407) for wrong credentials. The one place a proxy decides
         who may pass and from where: the provider gateway overrides it."""
-        if not hmac.compare_digest(authorization.strip().encode(), self._expected_auth.encode()):
+        if hmac.compare_digest(authorization.strip().encode(), self._expected_auth.encode()):
+            return self.source_ip
+        source_ip = self._basic_source(authorization) if self._users else None
+        if source_ip is None:
             self.auth_failures += 1
             raise _proxy_auth_required()
-        return self.source_ip
+        return source_ip
 
     async def _refuse(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, List, Optional, Sequence, TypeVar
+from typing import Any, Awaitable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .._core import Exit
 from ._control import Control
@@ -17,12 +17,33 @@ from ._gateway import ProviderGateway
 from ._proxy import Proxy
 from ._server import _check_loopback, _Server
 from ._site import Site
+from ._socks import Socks5Proxy
 
 T = TypeVar("T")
 
 
 def _default_source_ip(i: int) -> str:
     return f"127.0.{1 + i // 250}.{1 + i % 250}"
+
+
+_PROXY_SCHEMES = ("http", "socks5", "socks5h")
+
+
+def _schemes(scheme: Union[str, Sequence[str]], n_exits: int) -> List[str]:
+    """One proxy scheme per exit: ``scheme`` for all, or one each."""
+    schemes = [scheme] * n_exits if isinstance(scheme, str) else list(scheme)
+    if len(schemes) != n_exits:
+        raise ValueError(f"{len(schemes)} schemes for {n_exits} exits")
+    for s in schemes:
+        if s not in _PROXY_SCHEMES:
+            raise ValueError(f"scheme {s!r}: the testbed's proxies are http, socks5 or socks5h")
+    return schemes
+
+
+def _make_proxy(name: str, scheme: str, *, socks_auth: bool, hosts: Optional[Mapping[str, str]], **options: Any) -> Proxy:
+    if scheme == "http":
+        return Proxy(name, **options)
+    return Socks5Proxy(name, scheme=scheme, auth=socks_auth, hosts=hosts, **options)
 
 
 class Testbed:
@@ -35,7 +56,10 @@ class Testbed:
     (:class:`Control`), ``control_url`` / ``control_urls`` (each ending in ``/ip``).
 
     ``source_ips`` (default ``127.0.1.1``, ``127.0.1.2``, ...) are the addresses the proxies
-    leave from; ``gateways`` are provider gateways (:class:`ProviderGateway`) started and
+    leave from; ``scheme`` (``"http"``, ``"socks5"`` or ``"socks5h"``, or a list of them, one per
+    exit) picks HTTP proxies (:class:`Proxy`) or SOCKS5 ones (:class:`Socks5Proxy`, with a user
+    name and password unless ``socks_auth=False``; ``hosts`` maps names only they resolve to
+    127.x addresses, for socks5h); ``gateways`` are provider gateways (:class:`ProviderGateway`) started and
     closed with the rest (``gateway`` / ``gateways``); ``site_options`` (``rate``, ``burst``, ``ban_after``, ``ban_window``,
     ``ban_ttl``, ``captcha_rate``, ``seed``) configure every site.
     """
@@ -50,6 +74,9 @@ class Testbed:
         n_controls: int = 2,
         source_ips: Optional[Sequence[str]] = None,
         gateways: Sequence[ProviderGateway] = (),
+        scheme: Union[str, Sequence[str]] = "http",
+        socks_auth: bool = True,
+        hosts: Optional[Mapping[str, str]] = None,
         timeout: float = 30.0,
         **site_options: Any,
     ) -> None:
@@ -69,7 +96,10 @@ class Testbed:
         unknown = set(site_options) - {"rate", "burst", "ban_after", "ban_window", "ban_ttl", "captcha_rate", "seed"}
         if unknown:
             raise TypeError(f"unknown Testbed options: {sorted(unknown)}")
-        self.proxies: List[Proxy] = [Proxy(f"exit-{i}", source_ip=ip, user=f"user{i}", timeout=timeout) for i, ip in enumerate(source_ips)]
+        self.proxies: List[Proxy] = [
+            _make_proxy(f"exit-{i}", s, source_ip=ip, user=f"user{i}", timeout=timeout, socks_auth=socks_auth, hosts=hosts)
+            for i, (ip, s) in enumerate(zip(source_ips, _schemes(scheme, n_exits)))
+        ]
         seed = site_options.pop("seed", None)
         self.sites: List[Site] = [Site(f"site-{i}", seed=None if seed is None else seed + i, **site_options) for i in range(n_sites)]
         self.controls: List[Control] = [Control(f"control-{i}") for i in range(n_controls)]
