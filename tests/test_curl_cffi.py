@@ -31,6 +31,11 @@ def gateway_exits(gw: ProviderGateway, tokens):
     return [Exit(f"gw-{t}", f"http://{gw.user}-session-{t}:{gw.password}@127.0.0.1:{gw.port}") for t in tokens]
 
 
+def key_for(pool, exit_id):
+    """An account key whose ring exit is ``exit_id``."""
+    return next(f"acct-{i}" for i in range(10_000) if pool.assign(f"acct-{i}").exit_id == exit_id)
+
+
 def ip_of(session, url) -> str:
     r = session.get(url, timeout=T)
     assert r.status_code == 200, r.status_code
@@ -39,16 +44,25 @@ def ip_of(session, url) -> str:
 
 @pytest.fixture
 def world():
-    with Testbed(n_exits=3, gateways=[ProviderGateway(lifetime=None)]) as tb:
+    # exit-0 http, exit-1 socks5, exit-2 socks5h, each with a user name and password, and a
+    # provider gateway whose session tokens are exits on one host:port.
+    with Testbed(n_exits=3, scheme=["http", "socks5", "socks5h"], gateways=[ProviderGateway(lifetime=None)]) as tb:
         yield tb
+
+
+def twin_exits(tb):
+    """Per proxy scheme, a second exit on the same host:port with its own credentials and
+    its own source address."""
+    return [p.add_user(f"twin{i}", source_ip=f"127.0.6.{i + 1}") for i, p in enumerate(tb.proxies)]
 
 
 def test_accounts_keep_their_exit_ip_across_50_requests(world, capfd, caplog):
     caplog.set_level(logging.DEBUG)
     tb = world
-    pool = Pool([*tb.exits, *gateway_exits(tb.gateway, ["a", "b"])])
+    pool = Pool([*tb.exits, *twin_exits(tb), *gateway_exits(tb.gateway, ["a", "b"])])
     seen = {}
-    for account in ("acct-1", "acct-2", "acct-3", "acct-4", "acct-5", "acct-6"):
+    # One account per exit: every scheme, the twins on one host:port and the gateway's tokens.
+    for account in [key_for(pool, e.exit_id) for e in pool.exits]:
         with pool.lease(account) as lease, ep_curl.session_for(lease, impersonate="chrome") as s:
             ips = {ip_of(s, tb.control_url) for _ in range(N)}
             assert len(ips) == 1, ips
@@ -61,12 +75,21 @@ def test_accounts_keep_their_exit_ip_across_50_requests(world, capfd, caplog):
     # Every exit that served an account showed one address, and no two exits shared one.
     assert all(len(v) == 1 for v in seen.values())
     assert len({ip for v in seen.values() for ip in v}) == len(seen)
+    assert sorted(seen) == sorted(e.exit_id for e in pool.exits)
     assert_no_secrets(pool, capfd, caplog)
 
 
-def test_two_exits_on_one_host_port_are_two_ips_through_one_session(world):
+@pytest.mark.parametrize("scheme", ["http", "socks5", "socks5h", "gateway"])
+def test_two_exits_on_one_host_port_are_two_ips_through_one_session(world, scheme):
     tb = world
-    a, b = gateway_exits(tb.gateway, ["a", "b"])
+    if scheme == "gateway":
+        a, b = gateway_exits(tb.gateway, ["a", "b"])
+        ip_a, ip_b = None, None
+    else:
+        i = ["http", "socks5", "socks5h"].index(scheme)
+        a, b = tb.exits[i], twin_exits(tb)[i]
+        assert (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port) and a.username != b.username
+        ip_a, ip_b = a.ip, b.ip
     with Session(impersonate="chrome") as s:
         # One session, kept for its cookies, pointed at each exit in turn: a connection made
         # with one exit's credentials never carries the other's requests.
@@ -75,9 +98,11 @@ def test_two_exits_on_one_host_port_are_two_ips_through_one_session(world):
             for exit in (a, b):
                 ep_curl.session_for(exit, s)
                 ips.append(ip_of(s, tb.control_url))
-        assert set(ips[0::2]) == {tb.gateway.ip_of("a")}
-        assert set(ips[1::2]) == {tb.gateway.ip_of("b")}
-        assert tb.gateway.ip_of("a") != tb.gateway.ip_of("b")
+        if scheme == "gateway":
+            ip_a, ip_b = tb.gateway.ip_of("a"), tb.gateway.ip_of("b")
+        assert set(ips[0::2]) == {ip_a}
+        assert set(ips[1::2]) == {ip_b}
+        assert ip_a != ip_b
 
 
 @pytest.mark.parametrize("no_proxy", [None, "*"])
@@ -197,7 +222,7 @@ def test_errors_leaving_the_block_are_classified_without_credentials(world, capf
 
 @pytest.mark.asyncio
 async def test_async_sessions_per_account_and_two_exits_on_one_host_port():
-    async with Testbed(n_exits=2, gateways=[ProviderGateway(lifetime=None)]) as tb:
+    async with Testbed(n_exits=2, scheme=["http", "socks5h"], gateways=[ProviderGateway(lifetime=None)]) as tb:
         a, b = gateway_exits(tb.gateway, ["a", "b"])
         exits = [tb.exits[0], tb.exits[1], a, b]
 
