@@ -193,6 +193,11 @@ class Relay:
         return f"http://{self.username}:{self.password}@127.0.0.1:{self.port}"
 
     @property
+    def auth_header(self) -> bytes:
+        """The ``Proxy-Authorization`` value the relay asks for. Never log it."""
+        return self._auth
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
