@@ -3,7 +3,7 @@
 The lease (an exception leaving a ``with pool.lease()`` block), the Scrapy middleware (a
 download error) and the probes all classify with :func:`_classify`. Only modules the program
 has already imported are looked at, so classifying never imports requests, httpx, aiohttp,
-curl_cffi or Twisted on its own."""
+curl_cffi, Playwright or Twisted on its own."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
     ("twisted.internet.error", "TimeoutError", "timeout"),
     ("curl_cffi.requests.exceptions", "Timeout", "timeout"),
+    ("playwright._impl._errors", "TimeoutError", "timeout"),
     # A request Scrapy dropped or cancelled says nothing about the exit.
     ("scrapy.exceptions", "IgnoreRequest", "other"),
     ("scrapy.exceptions", "DownloadCancelledError", "other"),
@@ -77,11 +78,23 @@ def _loaded(module: str, name: str) -> Tuple[Type[BaseException], ...]:
     return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
 
 
+# Chromium's network errors reach Playwright's callers as its one generic Error, named only in
+# the message ("Page.goto: net::ERR_PROXY_CONNECTION_FAILED at http://..."): those about the
+# way out (the proxy, the tunnel, the connection) are 'connect', a plain ERR_TIMED_OUT 'timeout'.
+_CHROMIUM_NET = re.compile(
+    r"net::ERR_(TIMED_OUT|PROXY_\w+|TUNNEL_CONNECTION_FAILED|SOCKS_\w+|EMPTY_RESPONSE|CONNECTION_(?:REFUSED|RESET|CLOSED|FAILED|TIMED_OUT))\b"
+)
+
+
 def _classify(exc: BaseException) -> str:
     """'timeout', 'proxy', 'connect' or 'other' for an exception that ended a request."""
     for module, name, kind in _KINDS:
         if isinstance(exc, _loaded(module, name)):
             return kind
+    if isinstance(exc, _loaded("playwright._impl._errors", "Error")):
+        m = _CHROMIUM_NET.search(str(exc))
+        if m:
+            return "timeout" if m.group(1) == "TIMED_OUT" else "connect"
     return "other"
 
 

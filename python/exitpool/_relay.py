@@ -280,14 +280,14 @@ class Relay:
                 return
             if method == b"CONNECT":
                 host, port = _split_target(target.decode("latin-1"), 443)
-                up_reader, upstream = await self._open(writer, host, port)
+                up_reader, upstream = await self._open(writer, host, port, answer=True)
                 if upstream is None:
                     return
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 await writer.drain()
             else:
                 host, port, path = _absolute(target.decode("latin-1"))
-                up_reader, upstream = await self._open(writer, host, port)
+                up_reader, upstream = await self._open(writer, host, port, answer=False)
                 if upstream is None:
                     return
                 kept = [(n, v) for n, v in headers if n.lower() not in _HOP_HEADERS]
@@ -305,14 +305,22 @@ class Relay:
                 if w is not None:
                     w.close()
 
-    async def _open(self, writer: asyncio.StreamWriter, host: str, port: int) -> Tuple[Any, Optional[asyncio.StreamWriter]]:
-        """The SOCKS stream to ``host:port``, or (None, None) after answering the client 502."""
+    async def _open(
+        self, writer: asyncio.StreamWriter, host: str, port: int, *, answer: bool
+    ) -> Tuple[Any, Optional[asyncio.StreamWriter]]:
+        """The SOCKS stream to ``host:port``, or (None, None) when the exit failed.
+
+        A failed tunnel is answered 502 (clients report a failed CONNECT as the proxy's). A
+        failed plain request is not answered at all, the connection just closes: a 502 page
+        would pass for the site's own answer, where a connection closed unanswered is a
+        connection failure to every client, as it is."""
         try:
             return await socks5_connect(self.exit, host, port, self.connect_timeout)
         except (SocksError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             reason = str(e) if isinstance(e, SocksError) else f"exit {self.exit.exit_id!r} unreachable ({type(e).__name__})"
             logger.info("exitpool relay: %s", reason)
-            await self._answer(writer, b"502 Bad Gateway", [], reason.encode("utf-8", "replace"))
+            if answer:
+                await self._answer(writer, b"502 Bad Gateway", [], reason.encode("utf-8", "replace"))
             return None, None
 
     async def _answer(self, writer: asyncio.StreamWriter, status: bytes, extra: List[bytes], body: bytes = b"") -> None:
