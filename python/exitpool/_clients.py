@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import importlib
 import math
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple, Union
@@ -14,6 +15,8 @@ from ._errors import InvalidInput
 
 # The proxy schemes aiohttp can speak to.
 _HTTP_SCHEMES = ("http", "https")
+# SOCKS proxy schemes: each client speaks them through its ecosystem's SOCKS package, an extra.
+_SOCKS_SCHEMES = ("socks5", "socks5h")
 # The statuses whose ``Retry-After`` the client helpers pass on to ``lease.report`` (the core
 # uses it to cool a rate-limited exit).
 _RETRY_AFTER_STATUSES = (429, 503)
@@ -39,6 +42,21 @@ def _proxy_parts(exit: Exit, refusal: str) -> Tuple[str, Optional[str]]:
         return url, None
     token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode("ascii")
     return url, f"Basic {token}"
+
+
+def _require_socks(exit: Exit, client: str, module: str, package: str, extra: str) -> None:
+    """For a SOCKS exit, import ``module`` (the client's SOCKS package) or raise ImportError
+    naming the exitpool extra that installs it: at the moment the exit is handed over, not
+    inside the client's first request, where its own message would not say what to install."""
+    if exit.scheme not in _SOCKS_SCHEMES:
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ImportError(
+            f"exitpool.{client}: exit {exit.exit_id!r} is a {exit.scheme} proxy, which {client} speaks through "
+            f"{package}: pip install 'exitpool[{extra}]'"
+        ) from None
 
 
 def _site(host: Optional[str], port: Optional[int], default_port: bool) -> str:

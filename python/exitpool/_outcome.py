@@ -26,6 +26,7 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("aiohttp", "ConnectionTimeoutError", "connect"),  # aiohttp >= 3.10: the sock_connect timeout
     ("twisted.internet.error", "TCPTimedOutError", "connect"),
     ("curl_cffi.requests.exceptions", "ConnectTimeout", "connect"),
+    ("aiohttp_socks", "ProxyTimeoutError", "connect"),  # connecting or talking to the SOCKS exit
     ("builtins", "TimeoutError", "timeout"),
     ("socket", "timeout", "timeout"),
     ("asyncio", "TimeoutError", "timeout"),
@@ -43,6 +44,8 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     # The proxy refused the tunnel (aiohttp's is also a ClientResponseError).
     ("aiohttp", "ClientHttpProxyError", "proxy"),
     ("scrapy.core.downloader.handlers.http11", "TunnelError", "proxy"),
+    ("aiohttp_socks", "ProxyError", "proxy"),  # the SOCKS exit refused: credentials or the request
+    ("aiohttp_socks", "ProxyConnectionError", "connect"),
     ("builtins", "ConnectionError", "connect"),
     ("socket", "gaierror", "connect"),
     ("requests.exceptions", "ConnectionError", "connect"),

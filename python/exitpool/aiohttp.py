@@ -15,6 +15,12 @@ only on the ``CONNECT`` that opens a tunnel to an ``https://`` target; for a pla
 target the request itself goes to the proxy and aiohttp does not copy them onto it
 (aio-libs/aiohttp#4422), so there the header rides on the request, which only the proxy reads.
 It never rides on a request inside a tunnel, where the target would read it.
+
+aiohttp keys its pooled connections by proxy URL and proxy headers, so through one session two
+exits on one gateway host:port with other credentials never share a connection. ``socks5://`` and
+``socks5h://`` exits go through aiohttp-socks (``pip install 'exitpool[aiohttp-socks]'``), whose
+proxy is a connector: :class:`ExitSession` keeps a session of its own per SOCKS exit, and
+:func:`connector` gives one for your own session. ``socks5h`` resolves names at the exit.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Mapping, Optional, Union
 
 try:
     import aiohttp
@@ -31,12 +37,13 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from exitpool._clients import _exit_of, _proxy_parts, _retry_after_kwargs
+from exitpool._clients import _SOCKS_SCHEMES, _exit_of, _proxy_parts, _require_socks, _retry_after_kwargs
 from exitpool._clients import _site as _site_of
 from exitpool._core import _MASK, Exit, Lease, Pool
 from exitpool._errors import InvalidInput
+from exitpool._outcome import _classify
 
-__all__ = ["ExitSession", "report", "request_kwargs"]
+__all__ = ["ExitSession", "connector", "report", "request_kwargs"]
 
 _AUTH = "Proxy-Authorization"
 _TUNNELLED = ("https", "wss")
@@ -45,11 +52,52 @@ _UNSET: Any = object()
 CaptchaHook = Callable[[aiohttp.ClientResponse], Union[bool, Awaitable[bool]]]
 
 
-# Why an exit cannot go through aiohttp, for `_proxy_parts`.
+# Why a SOCKS exit cannot go through request arguments, for `_proxy_parts`.
 _REFUSAL = (
-    "exitpool.aiohttp: exit {exit_id} is a {scheme} proxy; aiohttp speaks to "
-    "http and https proxies only (for socks, see the aiohttp-socks package)"
+    "exitpool.aiohttp: exit {exit_id} is a {scheme} proxy, which aiohttp reaches through a connector, "
+    "not through request arguments: use ExitSession, or ClientSession(connector=exitpool.aiohttp.connector(lease))"
 )
+
+
+def connector(lease: Union[Lease, Exit], **options: Any) -> Any:
+    """An aiohttp-socks ``ProxyConnector`` through a ``socks5`` or ``socks5h`` exit, for a
+    session of your own: ``aiohttp.ClientSession(connector=connector(lease))``. Every
+    connection of that session goes through the exit (``socks5h``: names resolved there);
+    ``options`` go to the connector (``limit``, ``ssl``, ``force_close``, ...). For an
+    http(s) exit use :func:`request_kwargs`. Without aiohttp-socks this raises
+    ``ImportError`` naming the extra to install (``exitpool[aiohttp-socks]``)."""
+    exit = _exit_of(lease)
+    if exit.scheme not in _SOCKS_SCHEMES:
+        raise InvalidInput(f"exitpool.aiohttp.connector: exit {exit.exit_id!r} is an {exit.scheme} proxy: use request_kwargs(lease, url)")
+    return _socks_connector(exit, options)
+
+
+def _socks_connector(exit: Exit, options: Dict[str, Any]) -> Any:
+    _require_socks(exit, "aiohttp", "aiohttp_socks", "aiohttp-socks", "aiohttp-socks")
+    from aiohttp_socks import ProxyConnector, ProxyType
+
+    return ProxyConnector(
+        proxy_type=ProxyType.SOCKS5,
+        host=exit.host,
+        port=exit.port,
+        username=exit.username,
+        password=exit.password,
+        rdns=exit.scheme == "socks5h",
+        **options,
+    )
+
+
+class _SocksSession:
+    """The session of one SOCKS exit inside an :class:`ExitSession`, with its requests in
+    flight: once replaced (the exit's credentials changed) it closes when the last one ends."""
+
+    __slots__ = ("proxy", "session", "inflight", "retired")
+
+    def __init__(self, proxy: str, session: aiohttp.ClientSession) -> None:
+        self.proxy = proxy  # compared, never shown
+        self.session = session
+        self.inflight = 0
+        self.retired = False
 
 
 def _tunnelled(url: Union[str, URL]) -> bool:
@@ -184,7 +232,9 @@ def _transport_failure(exc: BaseException) -> bool:
     (``ClientHttpProxyError``) is."""
     if isinstance(exc, aiohttp.ClientResponseError) and not isinstance(exc, aiohttp.ClientHttpProxyError):
         return False
-    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError))
+    # aiohttp-socks raises its own errors, outside aiohttp's ClientError: the outcome table
+    # knows them.
+    return isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError)) or _classify(exc) != "other"
 
 
 def _error_status(exc: aiohttp.ClientResponseError) -> Optional[int]:
@@ -237,6 +287,7 @@ class _LeasedRequest:
         self.lease: Optional[Lease] = None
         self._response: Optional[aiohttp.ClientResponse] = None
         self._latency = 0.0
+        self._socks: Optional[_SocksSession] = None
 
     def __repr__(self) -> str:
         exit_id = self.lease.exit_id if self.lease is not None else None
@@ -254,6 +305,10 @@ class _LeasedRequest:
         await lease.__aenter__()
         self.lease = lease
         try:
+            exit = _exit_of(lease)
+            if exit.scheme in _SOCKS_SCHEMES:
+                self._socks = await owner._socks_session(exit)
+                session = self._socks.session
             kwargs = owner._request_kwargs(lease, self._kwargs)
             started = time.perf_counter()
             try:
@@ -268,10 +323,18 @@ class _LeasedRequest:
             self._latency = time.perf_counter() - started
             _mask_response(response)
         except BaseException as e:
-            await lease.__aexit__(type(e), e, e.__traceback__)
+            try:
+                await lease.__aexit__(type(e), e, e.__traceback__)
+            finally:
+                await self._done()
             raise
         self._response = response
         return response
+
+    async def _done(self) -> None:
+        socks, self._socks = self._socks, None
+        if socks is not None:
+            await self._owner._socks_done(socks)
 
     async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
         lease, response = self.lease, self._response
@@ -296,7 +359,10 @@ class _LeasedRequest:
                 report(lease, response, captcha=captcha, latency=self._latency)
         finally:
             response.release()
-            await lease.__aexit__(exc_type, exc, tb)
+            try:
+                await lease.__aexit__(exc_type, exc, tb)
+            finally:
+                await self._done()
         if hook_error is not None:
             raise hook_error
 
@@ -336,6 +402,13 @@ class ExitSession:
     ``connector``, ``base_url``, ...). Unless you pass ``cookie_jar``, cookies are not kept: one
     session serves every account, and a shared jar would link them at the site. ``proxy`` and
     ``proxy_auth`` raise ``TypeError``.
+
+    A ``socks5`` / ``socks5h`` exit gets a session of its own (same options, ``trust_env``
+    off, an aiohttp-socks connector in place of ``connector``), closed with this one; without
+    aiohttp-socks its requests raise ``ImportError`` naming the extra to install
+    (``exitpool[aiohttp-socks]``). ``fresh=True`` closes every connection after its request
+    (``force_close``), so each lease opens a new tunnel: for gateways that rotate per
+    connection.
     """
 
     def __init__(
@@ -344,22 +417,29 @@ class ExitSession:
         *,
         captcha: Optional[CaptchaHook] = None,
         lease_timeout: Optional[float] = None,
+        fresh: bool = False,
         **session_options: Any,
     ) -> None:
         bad = sorted(k for k in ("proxy", "proxy_auth") if k in session_options)
         if bad:
             raise TypeError(f"ExitSession: {', '.join(bad)} cannot be set: each request leaves by its lease's exit")
+        if fresh and "connector" in session_options:
+            raise TypeError("ExitSession: fresh=True builds its own connectors (force_close): do not pass connector")
         if captcha is not None and not callable(captcha):
             raise TypeError("ExitSession: captcha must be a function of the response")
         self._pool = pool
         self._captcha = captcha
         self._lease_timeout = lease_timeout
+        self._fresh = bool(fresh)
         self._options = dict(session_options)
         self._options.setdefault("cookie_jar", None)
         base_url = self._options.get("base_url")
         self._base_url = URL(base_url) if base_url is not None else None
         self._options["middlewares"] = tuple(self._options.get("middlewares") or ()) + (_plain_http_proxy_auth,)
         self._session: Optional[aiohttp.ClientSession] = None
+        # One session per SOCKS exit (by exit id), and the replaced ones still in use.
+        self._socks: Dict[str, _SocksSession] = {}
+        self._socks_retired: List[_SocksSession] = []
         self._closed = False
 
     def __repr__(self) -> str:
@@ -376,19 +456,61 @@ class ExitSession:
     def closed(self) -> bool:
         return self._closed
 
+    def _session_options(self) -> Dict[str, Any]:
+        options = dict(self._options)
+        if options.get("cookie_jar") is None:
+            options["cookie_jar"] = aiohttp.DummyCookieJar()
+        return options
+
     def _open(self) -> aiohttp.ClientSession:
         if self._closed:
             raise RuntimeError("this ExitSession is closed")
         if self._session is None:
-            options = dict(self._options)
-            if options.get("cookie_jar") is None:
-                options["cookie_jar"] = aiohttp.DummyCookieJar()
+            options = self._session_options()
+            if self._fresh:
+                options["connector"] = aiohttp.TCPConnector(force_close=True)
             self._session = aiohttp.ClientSession(**options)
         return self._session
 
+    async def _socks_session(self, exit: Exit) -> _SocksSession:
+        """The session of a SOCKS exit, counted in flight until :meth:`_socks_done`. An exit
+        whose proxy URL changed (new credentials) gets a new one, so no connection opened with
+        the old credentials is reused."""
+        if self._closed:
+            raise RuntimeError("this ExitSession is closed")
+        entry = self._socks.get(exit.exit_id)
+        if entry is None or entry.proxy != exit.proxy:
+            options = self._session_options()
+            for name in ("connector", "connector_owner"):
+                options.pop(name, None)
+            options["trust_env"] = False  # an HTTP_PROXY must not wrap the SOCKS exit
+            options["connector"] = _socks_connector(exit, {"force_close": True} if self._fresh else {})
+            new = _SocksSession(exit.proxy, aiohttp.ClientSession(**options))
+            old, self._socks[exit.exit_id] = entry, new
+            entry = new
+            if old is not None:
+                old.retired = True
+                self._socks_retired.append(old)
+                old.inflight += 1  # closed now, or when its last request ends
+                await self._socks_done(old)
+        entry.inflight += 1
+        return entry
+
+    async def _socks_done(self, entry: _SocksSession) -> None:
+        entry.inflight -= 1
+        if entry.retired and entry.inflight == 0 and entry in self._socks_retired:
+            self._socks_retired.remove(entry)
+            await entry.session.close()
+
     def _request_kwargs(self, lease: Lease, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         out = dict(kwargs)
-        proxy, auth = _proxy_parts(_exit_of(lease), _REFUSAL)
+        exit = _exit_of(lease)
+        if exit.scheme in _SOCKS_SCHEMES:
+            # The exit's own session's connector goes through it: no proxy for aiohttp to add.
+            if out.get("middlewares") is not None:
+                out["middlewares"] = tuple(out["middlewares"]) + (_plain_http_proxy_auth,)
+            return out
+        proxy, auth = _proxy_parts(exit, _REFUSAL)
         out["proxy"] = proxy
         if auth is not None:
             out["proxy_headers"] = {_AUTH: auth}
@@ -442,11 +564,20 @@ class ExitSession:
         return self.request("OPTIONS", url, **kwargs)
 
     async def close(self) -> None:
-        """Close the underlying session and its connections."""
+        """Close the underlying sessions and their connections."""
         self._closed = True
         session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        sessions = [session] if session is not None else []
+        sessions += [e.session for e in [*self._socks.values(), *self._socks_retired]]
+        self._socks, self._socks_retired = {}, []
+        errors: List[BaseException] = []
+        for s in sessions:
+            try:
+                await s.close()
+            except Exception as e:  # close the others anyway
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     async def __aenter__(self) -> ExitSession:
         self._open()

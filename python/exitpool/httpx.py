@@ -18,19 +18,27 @@ closed as soon as no request is using it, so rotation does not pile up open conn
 Every transport is built with the exit's proxy (httpx's ``Proxy``: the credentials travel in
 ``Proxy-Authorization``, to the proxy only) and every client with ``trust_env=False``, so
 ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` never route a request elsewhere.
+
+``socks5://`` and ``socks5h://`` exits go through httpx's own SOCKS support, which needs socksio
+(``pip install 'exitpool[httpx-socks]'``); httpx hands host names to the exit for both schemes.
+Exits are told apart by their id, so two exits on one gateway host:port with other credentials
+never share a pool; ``fresh=True`` gives every lease connections of its own, for gateways that
+rotate per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import http.cookiejar
+import logging
+import re
 import threading
 import weakref
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import httpx
 
-from exitpool._clients import _exit_of, _retry_after_kwargs
+from exitpool._clients import _exit_of, _require_socks, _retry_after_kwargs
 from exitpool._core import Exit, Lease
 
 __all__ = ["AsyncClients", "Clients", "report"]
@@ -39,6 +47,30 @@ __all__ = ["AsyncClients", "Clients", "report"]
 _FORBIDDEN = ("proxy", "proxies", "mounts", "transport", "app", "trust_env")
 # Options that belong to the transport: a client given a transport ignores them.
 _TRANSPORT_OPTIONS = ("verify", "cert", "http1", "http2", "limits", "retries", "local_address", "socket_options")
+
+
+# httpcore logs a SOCKS handshake's arguments at DEBUG, ``auth=(b'user', b'password')`` last.
+_SOCKS_AUTH = re.compile(r"auth=\(.*", re.DOTALL)
+
+
+class _MaskSocksAuth(logging.Filter):
+    """Masks the SOCKS credentials in httpcore's handshake log lines: a proxy password must not
+    reach a log, whoever writes it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "auth=" in message:
+            record.msg, record.args = _SOCKS_AUTH.sub("auth=[secure]", message), None
+        return True
+
+
+def _mask_httpcore_socks_log() -> None:
+    logger = logging.getLogger("httpcore.socks")
+    if not any(isinstance(f, _MaskSocksAuth) for f in logger.filters):
+        logger.addFilter(_MaskSocksAuth())
+
+
+_mask_httpcore_socks_log()
 
 
 def _split(options: Dict[str, Any], owner: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -211,22 +243,27 @@ _PENDING: Set[asyncio.Task[None]] = set()
 
 
 class _Entry:
-    __slots__ = ("proxy", "inner", "shared", "client")
+    __slots__ = ("proxy", "inner", "shared", "client", "lease")
 
-    def __init__(self, proxy: str, inner: Any, shared: Any) -> None:
+    def __init__(self, proxy: str, inner: Any, shared: Any, lease: Any = None) -> None:
         self.proxy = proxy  # compared, never shown
         self.inner = inner
         self.shared = shared
         self.client: Any = None
+        # With fresh=True: the lease the entry's connections are for (held, so that its id
+        # stays its own while the entry lives).
+        self.lease = lease
 
 
 class _Cache:
     _async = False
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, fresh: bool = False, **options: Any) -> None:
         name = type(self).__name__
         self._transport_options, self._client_options = _split(dict(options), name)
-        self._entries: Dict[str, _Entry] = {}
+        self._fresh = bool(fresh)
+        # Keyed by exit id; with fresh=True, by (exit id, id(lease)).
+        self._entries: Dict[Any, _Entry] = {}
         # Entries replaced by new credentials whose pool may still be busy: each leaves this
         # list once its pool has closed (when its last response was closed).
         self._retired: List[_Entry] = []
@@ -250,35 +287,59 @@ class _Cache:
         with self._lock:
             self._retired = [e for e in self._retired if e.shared is not shared]
 
+    def _retire_locked(self, entry: _Entry) -> None:
+        """Move an entry to the retired ones (the caller holds the lock, then calls
+        ``entry.shared._retire()`` outside it). Its pool may still be busy in another thread
+        or task: it closes as soon as nothing is in flight on it."""
+        self._retired.append(entry)
+        if entry.client is not None:
+            self._retired_clients.add(entry.client)
+
+    def _ended_locked(self) -> List[_Entry]:
+        """With fresh=True: the entries whose lease has ended, taken out of the cache."""
+        ended = [k for k, e in self._entries.items() if not e.lease.active]
+        out = [self._entries.pop(k) for k in ended]
+        for e in out:
+            self._retire_locked(e)
+        return out
+
     def _entry(self, lease: Union[Lease, Exit]) -> _Entry:
         exit = _exit_of(lease)
-        old: Optional[_Entry] = None
-        with self._lock:
-            if self._closed:
-                raise RuntimeError(f"this {type(self).__name__} is closed")
-            entry = self._entries.get(exit.exit_id)
-            if entry is not None and entry.proxy == exit.proxy:
-                return entry
-            if entry is not None:
-                # Same exit id, new credentials: a fresh pool, so no connection authenticated
-                # with the old ones is reused. The old pool may still be busy in another
-                # thread or task: it closes as soon as nothing is in flight on it.
-                old = entry
-                self._retired.append(old)
-                if old.client is not None:
-                    self._retired_clients.add(old.client)
-            proxy = httpx.Proxy(exit.proxy)
-            if self._async:
-                inner: Any = httpx.AsyncHTTPTransport(proxy=proxy, **self._transport_options)
-                shared: Any = _AsyncShared(inner, exit, self._forget)
-            else:
-                inner = httpx.HTTPTransport(proxy=proxy, **self._transport_options)
-                shared = _Shared(inner, exit, self._forget)
-            entry = _Entry(exit.proxy, inner, shared)
-            self._entries[exit.exit_id] = entry
-        if old is not None:
-            old.shared._retire()  # outside the cache's lock: closing calls back _forget
+        _require_socks(exit, "httpx", "socksio", "socksio", "httpx-socks")
+        if self._fresh and not isinstance(lease, Lease):
+            raise TypeError(f"{type(self).__name__}(fresh=True) gives each lease connections of its own: pass the Lease, not an Exit")
+        old: List[_Entry] = []
+        key: Any = (exit.exit_id, id(lease)) if self._fresh else exit.exit_id
+        try:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError(f"this {type(self).__name__} is closed")
+                if self._fresh:
+                    old = self._ended_locked()
+                entry = self._entries.get(key)
+                if entry is not None and entry.proxy == exit.proxy:
+                    return entry
+                if entry is not None:
+                    # Same exit id, new credentials: a fresh pool, so no connection
+                    # authenticated with the old ones is reused.
+                    old.append(entry)
+                    self._retire_locked(entry)
+                entry = self._new_entry(exit, lease if self._fresh else None)
+                self._entries[key] = entry
+        finally:
+            for e in old:
+                e.shared._retire()  # outside the cache's lock: closing calls back _forget
         return entry
+
+    def _new_entry(self, exit: Exit, lease: Any) -> _Entry:
+        proxy = httpx.Proxy(exit.proxy)
+        if self._async:
+            inner: Any = httpx.AsyncHTTPTransport(proxy=proxy, **self._transport_options)
+            shared: Any = _AsyncShared(inner, exit, self._forget)
+        else:
+            inner = httpx.HTTPTransport(proxy=proxy, **self._transport_options)
+            shared = _Shared(inner, exit, self._forget)
+        return _Entry(exit.proxy, inner, shared, lease)
 
     def _client(self, lease: Union[Lease, Exit], cls: Any) -> Any:
         entry = self._entry(lease)
@@ -313,6 +374,14 @@ class Clients(_Cache):
     account leased on that exit). For a client of your own per account, with its cookies, build
     ``httpx.Client(transport=clients.transport(lease))``: it shares the exit's connection pool,
     and closing it leaves the pool to the cache. Thread-safe.
+
+    ``fresh=True``: each lease (pass the :class:`exitpool.Lease`) gets a client and connection
+    pool of its own instead of its exit's shared one, so its first request opens a new tunnel
+    (a gateway that rotates per connection gives it a new address, held for the lease). Pools
+    of ended leases are closed at the next :meth:`client` call or with the cache.
+
+    A ``socks5`` / ``socks5h`` exit needs socksio: without it :meth:`client` raises
+    ``ImportError`` naming the extra to install (``exitpool[httpx-socks]``).
     """
 
     _async = False

@@ -13,6 +13,12 @@ first, psf/requests#2018), a per-call ``proxies=`` beats both, and ``NO_PROXY`` 
 them apply. :func:`session_for` therefore mounts a transport adapter that ignores whatever proxy
 mapping the session worked out and always connects through the exit, so nothing the environment
 or a caller sets can send an account's request from another address.
+
+``socks5://`` and ``socks5h://`` exits go through urllib3's SOCKS support, which needs PySocks
+(``pip install 'exitpool[requests-socks]'``): with ``socks5`` names are resolved here, with
+``socks5h`` at the exit. Each adapter holds one exit's connections (keyed by its proxy URL,
+credentials included), so two exits never share a connection; ``fresh=True`` opens new ones
+for a lease, for gateways that rotate per connection.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Union
 import requests
 from requests.adapters import HTTPAdapter
 
-from exitpool._clients import _exit_of, _retry_after_kwargs
+from exitpool._clients import _exit_of, _require_socks, _retry_after_kwargs
 from exitpool._core import Exit, Lease
 
 __all__ = ["report", "session_for"]
@@ -63,6 +69,8 @@ class _ExitAdapter(HTTPAdapter):
 def session_for(
     lease: Union[Lease, Exit],
     session: Optional[requests.Session] = None,
+    *,
+    fresh: bool = False,
     **adapter_options: Any,
 ) -> requests.Session:
     """A ``requests.Session`` whose every ``http://`` and ``https://`` call goes through the
@@ -73,14 +81,21 @@ def session_for(
     (an account's own session, kept across leases for its cookies), that session is pointed at
     the exit and returned: its ``http(s)://`` adapters are replaced by one bound to the exit (the
     replaced ones are closed), and pointing it again at the same exit keeps the adapter and its
-    open connections. ``adapter_options`` go to ``requests.adapters.HTTPAdapter``
-    (``pool_connections``, ``pool_maxsize``, ``max_retries``, ``pool_block``).
+    open connections; ``fresh=True`` replaces it all the same, so this lease's requests open new
+    connections (a new tunnel: a gateway that rotates per connection gives a new address).
+    ``adapter_options`` go to ``requests.adapters.HTTPAdapter`` (``pool_connections``,
+    ``pool_maxsize``, ``max_retries``, ``pool_block``).
+
+    A ``socks5`` or ``socks5h`` exit needs PySocks; without it this raises ``ImportError``
+    naming the extra to install (``exitpool[requests-socks]``).
     """
     exit = _exit_of(lease)
+    _require_socks(exit, "requests", "socks", "PySocks", "requests-socks")
     s = requests.Session() if session is None else session
     current = [a for p, a in s.adapters.items() if p.lower().startswith(_PREFIXES)]
     if (
-        len(current) == len(_PREFIXES)
+        not fresh
+        and len(current) == len(_PREFIXES)
         and all(a is current[0] for a in current)
         and isinstance(current[0], _ExitAdapter)
         and current[0]._serves(exit, adapter_options)
