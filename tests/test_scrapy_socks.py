@@ -20,9 +20,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from exitpool import Pool  # noqa: E402
 from exitpool.scrapy import ExitPoolMiddleware  # noqa: E402
 from exitpool.testbed import Proxy, Testbed  # noqa: E402
+from test_clients import Echo  # noqa: E402  (an https target on loopback)
 from test_scrapy import crawl, get  # noqa: E402  (the crawl helper of the Scrapy tests)
 
 N = 50  # requests per account
+N_TLS = 10  # of those, https pages (a CONNECT tunnel through the exit, or through its relay)
 
 
 def key_for(pool, exit_id):
@@ -56,9 +58,11 @@ def test_accounts_on_http_and_socks5_exits_keep_their_ip_and_twins_never_share(t
         exits = [*tb.exits, *twins]
         pool = Pool(exits)
         keys = {e.exit_id: key_for(pool, e.exit_id) for e in exits}
+        echo = tb.run(Echo().start())
         # Every account's requests in one step, interleaved: the twins' requests are in flight
-        # together, so a shared connection would show.
-        plan = [[get(f"{tb.site_url}/ip?n={n}", exit_id, key=keys[exit_id]) for n in range(N) for exit_id in keys]]
+        # together, so a shared connection would show. The first N_TLS of each are https.
+        url = [f"{echo.https_url}/headers?n={n}" if n < N_TLS else f"{tb.site_url}/ip?n={n}" for n in range(N)]
+        plan = [[get(url[n], exit_id, key=keys[exit_id]) for n in range(N) for exit_id in keys]]
         lines = [f"{e.exit_id} {e.proxy} ip={e.ip}" for e in exits]
         records, summary, log = crawl(tmp_path, tb, plan, settings={"EXITPOOL_PROXY_LIST": lines, "CONCURRENT_REQUESTS": 32})
         for e in exits:
@@ -69,7 +73,7 @@ def test_accounts_on_http_and_socks5_exits_keep_their_ip_and_twins_never_share(t
             by_exit[r["tag"]].append(r)
         ip_of = {e.exit_id: e.ip for e in exits}
         for exit_id, rs in by_exit.items():
-            assert len(rs) == N
+            assert len(rs) == N and sum(r["url"].startswith("https://") for r in rs) == N_TLS
             assert {r["exit"] for r in rs} == {exit_id}
             assert {r["ip"] for r in rs} == {ip_of[exit_id]}  # the site saw the exit's address, every time
         assert sorted(by_exit) == sorted(ip_of)
@@ -86,6 +90,8 @@ def test_accounts_on_http_and_socks5_exits_keep_their_ip_and_twins_never_share(t
         assert connections
         assert all(len(ips) == 1 for ips in connections.values()), [v for v in connections.values() if len(v) > 1][:3]
         assert summary["active_leases"] == 0
+        assert sum(p.tunnels for p in tb.proxies) >= N_TLS * len(tb.proxies)  # https went through tunnels
+        tb.run(echo.stop())
 
 
 def test_socks_exits_are_accepted_and_relays_closed_with_the_spider():
