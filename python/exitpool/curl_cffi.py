@@ -37,7 +37,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without the extra
     raise ImportError("exitpool.curl_cffi needs curl_cffi: pip install 'exitpool[curl_cffi]'") from _e
 
-from exitpool._clients import _exit_of, _retry_after_kwargs
+from exitpool._clients import _exit_of, _report_response
 from exitpool._core import Exit, Lease
 
 __all__ = ["async_session_for", "report", "session_for"]
@@ -119,6 +119,19 @@ def _drop_async_connections(session: AsyncSession) -> None:
     session.loop.create_task(acurl.close())
 
 
+def _point(lease: Union[Lease, Exit], session: Any, cls: Any, fresh: bool, options: Dict[str, Any], drop: Callable[[Any], None]) -> Any:
+    """A new ``cls(**options)``, or ``session``, pointed at the lease's exit; ``drop`` closes
+    its connections when they belong to another exit (or ``fresh`` asks)."""
+    exit = _exit_of(lease)
+    if session is None:
+        session = cls(**options)
+    elif options:
+        raise TypeError(f"session options {sorted(options)} are for a new session; set them on the one you pass")
+    if _bind(session, exit, fresh):
+        drop(session)
+    return session
+
+
 def session_for(
     lease: Union[Lease, Exit],
     session: Optional[Session] = None,
@@ -137,14 +150,7 @@ def session_for(
     exit keeps its open connections, unless ``fresh=True``; pointing it at another exit closes
     them (in the calling thread: rebind a session in the thread that uses it).
     """
-    exit = _exit_of(lease)
-    if session is None:
-        session = Session(**session_options)
-    elif session_options:
-        raise TypeError(f"session options {sorted(session_options)} are for a new session; set them on the one you pass")
-    if _bind(session, exit, fresh):
-        _drop_connections(session)
-    return session
+    return _point(lease, session, Session, fresh, session_options, _drop_connections)
 
 
 def async_session_for(
@@ -158,14 +164,7 @@ def async_session_for(
     async_session_for(lease, impersonate="chrome") as s: r = await s.get(url)``. Call it from
     the event loop the session runs on. Rebinding a session to another exit (or ``fresh=True``)
     closes its connections: do it between requests, not while one is running."""
-    exit = _exit_of(lease)
-    if session is None:
-        session = AsyncSession(**session_options)
-    elif session_options:
-        raise TypeError(f"session options {sorted(session_options)} are for a new session; set them on the one you pass")
-    if _bind(session, exit, fresh):
-        _drop_async_connections(session)
-    return session
+    return _point(lease, session, AsyncSession, fresh, session_options, _drop_async_connections)
 
 
 def report(
@@ -181,14 +180,4 @@ def report(
     ``captcha`` is a flag or a function of the response (say ``lambda r: "captcha" in r.text``).
     An exception that leaves the ``with pool.lease(...)`` block needs no call: the lease
     classifies it."""
-    if isinstance(outcome, BaseException):
-        lease.report(error=outcome)
-        return
-    is_captcha = bool(captcha(outcome)) if callable(captcha) else bool(captcha)
-    kwargs: Dict[str, Any] = {"status": outcome.status_code, "captcha": is_captcha}
-    elapsed = getattr(outcome, "elapsed", None)
-    if elapsed is not None:
-        seconds = elapsed.total_seconds() if hasattr(elapsed, "total_seconds") else float(elapsed)
-        kwargs["latency"] = max(0.0, seconds)
-    kwargs.update(_retry_after_kwargs(outcome.status_code, outcome.headers))
-    lease.report(**kwargs)
+    _report_response(lease, outcome, captcha)
