@@ -157,10 +157,12 @@ async def leased_context(
             released = True
             await lease.__aexit__(type(exc) if exc is not None else None, exc, exc.__traceback__ if exc is not None else None)
 
+    closing: List[asyncio.Future] = []
+
     def on_close(_: Any) -> None:
         # Closed inside the block, with its browser or by a crash: the exit is free at once.
         if not released:
-            asyncio.ensure_future(release())
+            closing.append(asyncio.ensure_future(release()))
 
     try:
         exit = lease.exit
@@ -192,6 +194,7 @@ async def leased_context(
             await context.close()
         finally:
             try:
+                await asyncio.gather(*closing, return_exceptions=True)
                 await release(error)
             finally:
                 if relay is not None:
