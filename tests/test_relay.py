@@ -188,3 +188,25 @@ def test_connections_beyond_the_bound_are_answered_503(world):
             assert r.status_code == 503
         finally:
             held.close()
+
+
+def test_a_plain_request_ends_its_connection_when_the_upstream_is_done(world):
+    # The client keeps its side open (HTTP/1.1 keep-alive): the relay still lets go of the
+    # connection once the upstream has answered and closed, instead of holding it idle.
+    tb = world
+    with Relay(tb.exits[0]) as relay:
+        token = base64.b64encode(f"{relay.username}:{relay.password}".encode()).decode()
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=T) as c:
+            c.sendall(f"GET {tb.control_url} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {token}\r\n\r\n".encode())
+            data = b""
+            for _ in range(1000):  # bounded: read to the relay's end of the connection
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            assert json.loads(data.partition(b"\r\n\r\n")[2]) == {"ip": tb.exits[0].ip}
+            for _ in range(500):  # bounded wait for the relay's side, the client's still open
+                if not relay._writers:
+                    break
+                time.sleep(0.01)
+            assert not relay._writers

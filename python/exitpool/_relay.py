@@ -331,17 +331,19 @@ class Relay:
     async def _pipe_both(
         self, r1: asyncio.StreamReader, w1: asyncio.StreamWriter, r2: asyncio.StreamReader, w2: asyncio.StreamWriter
     ) -> None:
-        tasks = [asyncio.ensure_future(self._pipe(r1, w2)), asyncio.ensure_future(self._pipe(r2, w1))]
+        """Client (r1, w1) and upstream (r2, w2) joined. When the upstream ends, so does the
+        client connection (nothing more can come); when the client half-closes first, the
+        upstream's answer still flows back, each read bounded by the idle timeout."""
+        up = asyncio.ensure_future(self._pipe(r1, w2))
+        down = asyncio.ensure_future(self._pipe(r2, w1))
         try:
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            # One side ended: let the other finish what is in flight (a response after the
-            # request's half-close), bounded by the idle timeout.
-            if pending:
-                await asyncio.wait(pending, timeout=self.idle_timeout)
+            await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+            if not down.done():
+                await down
         finally:
-            for t in tasks:
+            for t in (up, down):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(up, down, return_exceptions=True)
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -366,7 +368,7 @@ def _absolute(target: str) -> Tuple[str, int, str]:
     if not target.lower().startswith("http://"):
         raise ValueError("the relay forwards http:// requests and CONNECT tunnels only")
     rest = target[len("http://") :]
-    authority, slash, path = rest.partition("/")
-    authority = authority.rpartition("@")[2]
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, path = rest[:cut].rpartition("@")[2], rest[cut:]
     host, port = _split_target(authority, 80)
-    return host, port, "/" + path if slash else "/"
+    return host, port, path if path.startswith("/") else "/" + path
