@@ -103,3 +103,19 @@ def _retry_after_kwargs(status: int, headers: Optional[Mapping[str, str]]) -> Di
         return {}
     retry_after = _retry_after(headers.get("Retry-After"))
     return {} if retry_after is None else {"retry_after": retry_after}
+
+
+def _report_response(lease: Lease, outcome: Any, captcha: Any) -> None:
+    """``report(lease, outcome, captcha=...)`` for a requests-shaped response (``status_code``,
+    ``headers``, ``elapsed`` as a timedelta) or a caught exception: one rule for the clients
+    whose responses look like requests' (curl_cffi)."""
+    if isinstance(outcome, BaseException):
+        lease.report(error=outcome)
+        return
+    is_captcha = bool(captcha(outcome)) if callable(captcha) else bool(captcha)
+    kwargs: Dict[str, Any] = {"status": outcome.status_code, "captcha": is_captcha}
+    elapsed = getattr(outcome, "elapsed", None)
+    if elapsed is not None:
+        kwargs["latency"] = max(0.0, elapsed.total_seconds())
+    kwargs.update(_retry_after_kwargs(outcome.status_code, outcome.headers))
+    lease.report(**kwargs)

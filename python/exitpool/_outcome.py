@@ -2,8 +2,8 @@
 
 The lease (an exception leaving a ``with pool.lease()`` block), the Scrapy middleware (a
 download error) and the probes all classify with :func:`_classify`. Only modules the program
-has already imported are looked at, so classifying never imports requests, httpx, aiohttp or
-Twisted on its own."""
+has already imported are looked at, so classifying never imports requests, httpx, aiohttp,
+curl_cffi, Playwright or Twisted on its own."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("httpx", "ConnectTimeout", "connect"),
     ("aiohttp", "ConnectionTimeoutError", "connect"),  # aiohttp >= 3.10: the sock_connect timeout
     ("twisted.internet.error", "TCPTimedOutError", "connect"),
+    ("curl_cffi.requests.exceptions", "ConnectTimeout", "connect"),
     ("aiohttp_socks", "ProxyTimeoutError", "connect"),  # connecting or talking to the SOCKS exit
     ("builtins", "TimeoutError", "timeout"),
     ("socket", "timeout", "timeout"),
@@ -35,6 +36,8 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("urllib3.exceptions", "TimeoutError", "timeout"),
     ("scrapy.exceptions", "DownloadTimeoutError", "timeout"),
     ("twisted.internet.error", "TimeoutError", "timeout"),
+    ("curl_cffi.requests.exceptions", "Timeout", "timeout"),
+    ("playwright._impl._errors", "TimeoutError", "timeout"),
     # A request Scrapy dropped or cancelled says nothing about the exit.
     ("scrapy.exceptions", "IgnoreRequest", "other"),
     ("scrapy.exceptions", "DownloadCancelledError", "other"),
@@ -65,6 +68,9 @@ _KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("twisted.web._newclient", "ResponseNeverReceived", "connect"),
     ("twisted.web._newclient", "ResponseFailed", "connect"),
     ("twisted.web._newclient", "RequestTransmissionFailed", "connect"),
+    # curl_cffi's errors are OSErrors, not the builtin ConnectionError.
+    ("curl_cffi.requests.exceptions", "ProxyError", "connect"),
+    ("curl_cffi.requests.exceptions", "ConnectionError", "connect"),
 )
 
 
@@ -75,18 +81,33 @@ def _loaded(module: str, name: str) -> Tuple[Type[BaseException], ...]:
     return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
 
 
+# Chromium's network errors reach Playwright's callers as its one generic Error, named only in
+# the message ("Page.goto: net::ERR_PROXY_CONNECTION_FAILED at http://..."): those about the
+# way out (the proxy, the tunnel, the connection) are 'connect', a plain ERR_TIMED_OUT 'timeout'.
+_CHROMIUM_NET = re.compile(
+    r"net::ERR_(TIMED_OUT|PROXY_\w+|TUNNEL_CONNECTION_FAILED|SOCKS_\w+|EMPTY_RESPONSE|CONNECTION_(?:REFUSED|RESET|CLOSED|FAILED|TIMED_OUT))\b"
+)
+
+
 def _classify(exc: BaseException) -> str:
     """'timeout', 'proxy', 'connect' or 'other' for an exception that ended a request."""
     for module, name, kind in _KINDS:
         if isinstance(exc, _loaded(module, name)):
             return kind
+    if isinstance(exc, _loaded("playwright._impl._errors", "Error")):
+        m = _CHROMIUM_NET.search(str(exc))
+        if m:
+            return "timeout" if m.group(1) == "TIMED_OUT" else "connect"
     return "other"
 
 
 # A proxy's answer to CONNECT, as the clients spell it in their errors: http.client's "Tunnel
 # connection failed: 407 Proxy Authentication Required" (requests, urllib3), httpx's "407 Proxy
-# Authentication Required", Scrapy's "{'status': 407, ...}".
-_PROXY_STATUS = re.compile(r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b")
+# Authentication Required", Scrapy's "{'status': 407, ...}", libcurl's (curl_cffi) "CONNECT tunnel
+# failed, response 407".
+_PROXY_STATUS = re.compile(
+    r"(?:^|Tunnel connection failed: )([1-5][0-9]{2}) [A-Z]|'status': ([1-5][0-9]{2})\b|CONNECT tunnel failed, response ([1-5][0-9]{2})\b"
+)
 
 
 def _proxy_status(exc: BaseException) -> Optional[int]:
@@ -96,7 +117,7 @@ def _proxy_status(exc: BaseException) -> Optional[int]:
         status = getattr(exc, "status", None)
         return status if isinstance(status, int) and 100 <= status <= 599 else None
     m = _PROXY_STATUS.search(str(exc))
-    return int(m.group(1) or m.group(2)) if m else None
+    return int(m.group(1) or m.group(2) or m.group(3)) if m else None
 
 
 def _classify_failure(exc: BaseException) -> Tuple[str, Optional[int]]:

@@ -13,6 +13,12 @@ Per request the middleware leases an exit for the request's host (the pool's ``s
 ``meta["proxy"]`` at the exit's URL *without* credentials, sets ``Proxy-Authorization`` itself
 (so one exit's credentials can never ride along to another exit), and puts the request in a
 download slot of its own exit, so Scrapy's per-slot concurrency and delays apply per exit.
+SOCKS5 exits (which Scrapy cannot reach, scrapy#747) go through a loopback relay per exit
+(:class:`exitpool._relay.Relay`), started on the exit's first request and closed with the
+spider. Two exits never share a connection: Scrapy keys its https tunnels by proxy and
+``Proxy-Authorization``, each relay has a port of its own, and a plain ``http://`` request to
+an exit whose host:port another exit shares goes out with ``Connection: close`` (Scrapy keys
+those connections by the proxy's host:port alone).
 Every response and download error is reported to the pool; a banned keyless page is tried
 again on another exit. See the manual's Scrapy page (docs/scrapy.md) for every setting.
 
@@ -26,6 +32,7 @@ and the request bookkeeping exist only for it, and Scrapy names it by this modul
 from __future__ import annotations
 
 import base64
+import collections
 import itertools
 import logging
 import math
@@ -49,6 +56,7 @@ from ._clients import _site as _site_of
 from ._core import BLOCK_STATUSES
 from ._errors import Cooling, Error, InvalidInput, NoExitAvailable, SessionExitLost, WarmingUp
 from ._outcome import _classify, _classify_failure
+from ._relay import SOCKS_SCHEMES, Relay
 from ._states import _ejected
 
 __all__ = ["BanPolicy", "ExitPoolMiddleware"]
@@ -158,9 +166,9 @@ class ExitPoolMiddleware:
         auth_encoding: str = "latin-1",
         close_spider: bool = False,
     ) -> None:
-        unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES)
+        unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES + SOCKS_SCHEMES)
         if unsupported:
-            raise InvalidInput(f"Scrapy's downloader reaches HTTP proxies only; these exits are not http(s): {', '.join(unsupported)}")
+            raise InvalidInput(f"exits Scrapy cannot reach (http, https, socks5, socks5h only): {', '.join(unsupported)}")
         if not _is_count(ban_retries):
             raise InvalidInput(f"EXITPOOL_BAN_RETRIES {ban_retries!r}: need an int >= 0")
         if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
@@ -176,6 +184,9 @@ class ExitPoolMiddleware:
         self._leases: Dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._auth: Dict[str, Optional[bytes]] = {}
+        # Per SOCKS5 exit, its relay; per exit, whether another exit shares its host:port.
+        self._relays: Dict[str, Relay] = {}
+        self._shared: Dict[str, bool] = {}
         self._closing = False
         self._closer: Any = None
 
@@ -247,10 +258,11 @@ class ExitPoolMiddleware:
         avoid = list(state.get("avoid", ()))
         lease = await self._lease(request, key, _site(request), avoid)
         exit = lease.exit
-        proxy = exit._proxy_without_credentials
         token = next(self._tokens)
         self._leases[token] = lease
-        auth = self._auth_header(exit)
+        proxy, auth = self._route(exit)
+        if urlparse_cached(request).scheme == "http" and self._shares_endpoint(exit):
+            request.headers[b"Connection"] = b"close"
         if auth is None:
             request.headers.pop(b"Proxy-Authorization", None)
             meta.pop("_auth_proxy", None)
@@ -456,6 +468,28 @@ class ExitPoolMiddleware:
         except InvalidInput as e:  # an outcome out of range: the lease ended without it
             logger.debug("exitpool: outcome not recorded for exit %s: %s", lease.exit_id, e)
 
+    def _route(self, exit: Any) -> tuple:
+        """The proxy URL (no credentials) and Proxy-Authorization a request to ``exit`` goes
+        out with: the exit's own, or for a SOCKS5 exit its relay's (started on first use)."""
+        if exit.scheme not in SOCKS_SCHEMES:
+            return exit._proxy_without_credentials, self._auth_header(exit)
+        relay = self._relays.get(exit.exit_id)
+        if relay is None or relay.exit.proxy != exit.proxy:
+            if relay is not None:
+                relay.close()
+            relay = self._relays[exit.exit_id] = Relay(exit)
+        return relay.server, relay.auth_header
+
+    def _shares_endpoint(self, exit: Any) -> bool:
+        """Whether another exit of the pool has this exit's scheme, host and port (with other
+        credentials). Worked out for every exit at once, again when an exit is new to it."""
+        shared = self._shared.get(exit.exit_id)
+        if shared is None:
+            endpoints = collections.Counter((e.scheme, e.host, e.port) for e in self.pool.exits)
+            self._shared = {e.exit_id: endpoints[(e.scheme, e.host, e.port)] > 1 for e in self.pool.exits}
+            shared = self._shared.get(exit.exit_id, False)
+        return shared
+
     def _auth_header(self, exit: Any) -> Optional[bytes]:
         if exit.exit_id not in self._auth:
             user = exit.username
@@ -498,6 +532,8 @@ class ExitPoolMiddleware:
         """Every exit's password (raw and percent-encoded) and Proxy-Authorization token: a
         spider's exception message may quote anything, the request's headers included."""
         secrets = []
+        for relay in self._relays.values():
+            secrets += [relay.password, relay.auth_header.split()[1].decode("ascii")]
         for exit in self.pool.exits:
             secrets += [exit.password or "", quote(exit.password or "", safe="")]
             auth = self._auth_header(exit)
@@ -564,6 +600,9 @@ class ExitPoolMiddleware:
             self._release(lease, error="other")
         if leases:
             self._inc("leases_closed", len(leases))
+        relays, self._relays = list(self._relays.values()), {}
+        for relay in relays:
+            relay.close()
         stats = getattr(self.crawler, "stats", None)
         if stats is not None:
             figures = self.pool.snapshot()["pool"]
