@@ -98,9 +98,11 @@ impl Breaker {
         self.trials_out
     }
     /// Whether recent failures, of the exit or of the site, mark this exit as failing its
-    /// site (for incidents): as much accumulated evidence as it takes to degrade.
+    /// site (for incidents): as much accumulated evidence as it takes to degrade. An exit
+    /// out of service is out, not failing: the failures of the leases a panic still sends
+    /// through it must not make an incident of what the pool already knows.
     pub fn failing(&self, cfg: &HealthConfig) -> bool {
-        self.site_strikes >= cfg.degrade_at
+        self.site_strikes >= cfg.degrade_at && !self.state.is_ejected()
     }
 
     /// Whether a lease may go through this breaker now (a probing one admits its trials).

@@ -143,6 +143,7 @@ struct PoolDoc<'a> {
     wait: Waits,
     incidents: &'a [String],
     global_incident: bool,
+    panic: bool,
     sessions: usize,
     live_leases: usize,
 }
@@ -166,6 +167,7 @@ impl<'a> PoolDoc<'a> {
             wait: Waits { p50: f.wait_p50, p99: f.wait_p99 },
             incidents: &f.incidents,
             global_incident: f.global_incident,
+            panic: f.panic,
             sessions: snap.sessions,
             live_leases: snap.live_leases,
         }

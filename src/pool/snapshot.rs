@@ -213,6 +213,8 @@ pub struct PoolFigures {
     pub wait_p99: f64,
     pub incidents: Vec<String>,
     pub global_incident: bool,
+    /// Fewer than `panic_threshold` of the exits in service: every exit serves.
+    pub panic: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -359,6 +361,7 @@ impl Pool {
         figures.incidents =
             st.board.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
         figures.global_incident = st.board.global_incident_open();
+        figures.panic = st.board.panic();
         let groups = sel.by_tag.as_deref().map(|tag| st.groups(&present, tag, &sessions_per_exit));
         let snap = Snapshot {
             now,
