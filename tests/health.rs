@@ -367,3 +367,25 @@ fn a_pool_that_lost_most_of_its_exits_panics_and_serves_from_all() {
     }
     assert!(!served.iter().any(|id| ids[2..6].contains(id)), "{served:?}");
 }
+
+/// Soft evidence leaves a site an exit serving it, then hard evidence takes that one: the site
+/// panics (not the pool: half its exits are in service) and its exit out for it serves again.
+#[test]
+fn a_site_left_without_exits_by_hard_evidence_panics_and_serves_from_those_out_for_it() {
+    let (p, _clock, ids) = fleet(2, rr());
+    let steps = [("e1", "e0", "shop.example", 2, status(403)), ("e0", "e1", "news.example", 5, connect_error())];
+    for (id, other, site, n, report) in steps {
+        for _ in 0..n {
+            let g = p.try_acquire_avoiding(0, None, Some(site), &[other]).unwrap();
+            assert_eq!(g.exit.id, id);
+            p.release(g.id, &report);
+        }
+    }
+    assert!(ids.iter().all(|id| p.state(id, Some("shop.example")).unwrap().is_ejected()));
+    let snap = p.snapshot();
+    assert!(!snap.pool.panic);
+    assert!(snap.sites.iter().any(|s| s.site == "shop.example" && s.panic));
+    assert!(!snap.sites.iter().any(|s| s.site == "news.example" && s.panic), "news.example has e1 serving it");
+    assert_eq!(p.try_acquire(0, None, Some("shop.example")).unwrap().exit.id, "e1");
+    assert_eq!(p.try_acquire(0, None, Some("news.example")).unwrap().exit.id, "e1");
+}

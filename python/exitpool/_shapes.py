@@ -101,6 +101,9 @@ class ExitSnapshot(TypedDict):
 class SiteSnapshot(TypedDict):
     site: str
     incident: bool
+    panic: bool
+    """Too few exits serve this site (those out for it included): its exits out for it serve
+    it again (see docs/health.md)."""
     outcomes: OutcomeCounts
 
 

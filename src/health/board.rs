@@ -104,6 +104,9 @@ pub(super) struct SiteHealth {
     ejected: u32,
     pub(super) incident: Option<Incident>,
     pub(super) incidents: u32,
+    /// Fewer than `panic_threshold` of the exits serve this site, counting those out for
+    /// their tunnel and those out for the site: its exits out for the site serve it again.
+    panic: bool,
 }
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
@@ -316,7 +319,8 @@ impl HealthBoard {
     pub fn site_admits(&self, h: u32, site: u32, now: f64) -> Admit {
         let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
         if let Some(b) = sh.breakers.get(h as usize) {
-            if !b.admits(&self.cfg) {
+            // `panic` is read only for an exit its breaker for the site holds out.
+            if !b.admits(&self.cfg) && !sh.panic {
                 return Admit::No(b.state());
             }
         }
@@ -339,18 +343,20 @@ impl HealthBoard {
     }
 
     /// A live session's exit can no longer serve it for this site. In panic an exit out for
-    /// its tunnel or its gateway serves its sessions as it serves every lease; one out for the
-    /// site (soft evidence, capped) or behind a gateway refusing its credentials loses them.
+    /// its tunnel or its gateway serves its sessions as it serves every lease (and in a site's
+    /// panic, one out for the site); one behind a gateway refusing its credentials loses them.
     pub fn lost(&self, h: u32, site: u32) -> Option<&'static str> {
         let g = self.tunnel[h as usize].group();
         if self.group_out(g) && !self.group_panics(g) {
             return Some("its gateway is out of service");
         }
-        let worst = if self.panic {
-            self.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)).map_or(State::Healthy, Breaker::state)
-        } else {
-            self.state(h, Some(site))
+        let tunnel = if self.panic { State::Healthy } else { self.tunnel[h as usize].state() };
+        let sh = self.sites.get(site as usize);
+        let on_site = match sh.and_then(|sh| sh.breakers.get(h as usize)) {
+            Some(b) if !sh.is_some_and(|sh| sh.panic) => b.state(),
+            _ => State::Healthy,
         };
+        let worst = tunnel.max(on_site);
         match worst {
             State::Quarantined => Some("its exit is quarantined"),
             State::Dead => Some("its exit is dead"),
@@ -590,6 +596,7 @@ impl HealthBoard {
             self.schedule(self.sites[site as usize].breakers[h as usize].until(), h, Some(site));
         }
         log_transition(&mut self.events, now, h, Some(site), t, &self.cfg);
+        self.judge_site_panic(site, self.exits_held_out());
     }
 
     fn count(&mut self, h: u32, t: Transition, site: Option<u32>) {
@@ -677,6 +684,7 @@ impl HealthBoard {
                 }
             }
         }
+        // Judges every site's panic too.
         self.judge_panic(now);
     }
 
@@ -758,6 +766,10 @@ impl HealthBoard {
     /// are none): every exit serves instead, those held out at `PANIC_WEIGHT`. Judged on each
     /// change of what it counts, never per lease.
     pub(super) fn judge_panic(&mut self, now: f64) {
+        let held = self.exits_held_out();
+        for s in 0..self.sites.len() as u32 {
+            self.judge_site_panic(s, held);
+        }
         let (members, out) = self.hosts();
         let serving = members.saturating_sub(out);
         let panic = members > 0 && (serving as f64) < self.cfg.panic_threshold * members as f64;
@@ -791,6 +803,36 @@ impl HealthBoard {
             to: Some(to),
             message,
         });
+    }
+}
+
+impl HealthBoard {
+    /// Whether fewer than `panic_threshold` of the exits serve the site, counting those out
+    /// for it (soft) and those out for their tunnel or gateway (`held`): soft evidence is capped
+    /// so that it alone never gets there, but hard evidence may take out the exits it left
+    /// serving (two exits: one blocked by the site, then the other refusing connections). Then
+    /// the site's own verdicts are set aside: its exits out for it serve it again (at their
+    /// least weight).
+    fn judge_site_panic(&mut self, site: u32, held: u32) {
+        let (members, threshold) = (self.members, self.cfg.panic_threshold);
+        let sh = &mut self.sites[site as usize];
+        let serving = members.saturating_sub(held + sh.ejected);
+        let panic = members > 0 && (serving as f64) < threshold * members as f64;
+        // No event: the site's snapshot record shows it, and the pool's panic, which brings
+        // most sites' with it, says so once for all of them.
+        self.readmissions += (panic != sh.panic) as u64;
+        sh.panic = panic;
+    }
+
+    /// Exits (not hosts: a gateway's slots count one each) out for their tunnel or gateway.
+    fn exits_held_out(&self) -> u32 {
+        let slots: u32 = self.groups.iter().filter(|g| g.state() != State::Healthy).map(super::Group::members).sum();
+        self.tunnel_out + slots
+    }
+
+    /// Whether `site` is in panic (see `judge_site_panic`).
+    pub fn site_panic(&self, site: u32) -> bool {
+        self.sites.get(site as usize).is_some_and(|sh| sh.panic)
     }
 }
 

@@ -114,7 +114,7 @@ impl<'a> Document<'a> {
             sites: snap
                 .sites
                 .iter()
-                .map(|s| SiteDoc { site: &s.site, incident: s.incident, outcomes: OutcomeCounts(s.outcomes) })
+                .map(|s| SiteDoc { site: &s.site, incident: s.incident, panic: s.panic, outcomes: OutcomeCounts(s.outcomes) })
                 .collect(),
             matrix: Matrix { snap, pace },
             sessions: snap.sessions,
@@ -351,6 +351,7 @@ impl Latency {
 struct SiteDoc<'a> {
     site: &'a str,
     incident: bool,
+    panic: bool,
     outcomes: OutcomeCounts,
 }
 

@@ -136,6 +136,8 @@ impl Cell {
 pub struct SiteRecord {
     pub site: String,
     pub incident: bool,
+    /// Too few exits serve the site: those out for it serve it again (see `HealthBoard`).
+    pub panic: bool,
     /// Outcomes on the site over every exit in the pool, listed or not.
     pub outcomes: [u64; 8],
     /// Indexed like `Snapshot::exits`; `None` where the exit has not served the site.
@@ -331,6 +333,7 @@ impl Pool {
                 SiteRecord {
                     site: st.site_names[site as usize].to_string(),
                     incident: st.board.incident_open(site),
+                    panic: st.board.site_panic(site),
                     outcomes: sum_outcomes(present.iter().filter_map(|&h| tallies.get(h as usize))),
                     cells: Vec::new(),
                 }
