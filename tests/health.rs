@@ -1,7 +1,7 @@
 //! The health scenarios from the articles' failure stories, driven through the pool with
 //! synthetic reports on a manual clock.
 
-use exitpool::{Config, ErrorKind, Exit, ManualClock, Pool, Refusal, Report, Strategy};
+use exitpool::{Config, ErrorKind, Exit, ManualClock, MemoryStore, Pool, Refusal, Report, Store, Strategy};
 use std::sync::Arc;
 
 fn fleet(n: usize, cfg: Config) -> (Pool, ManualClock, Vec<String>) {
@@ -388,4 +388,46 @@ fn a_site_left_without_exits_by_hard_evidence_panics_and_serves_from_those_out_f
     assert!(!snap.sites.iter().any(|s| s.site == "news.example" && s.panic), "news.example has e1 serving it");
     assert_eq!(p.try_acquire(0, None, Some("shop.example")).unwrap().exit.id, "e1");
     assert_eq!(p.try_acquire(0, None, Some("news.example")).unwrap().exit.id, "e1");
+}
+
+/// Hard evidence is uncapped fleet-wide too: one worker sees two of ten exits refuse every
+/// connection; both are out for it and for the other worker, though the fleet's cap (10%) is
+/// one exit. That cap still holds for soft evidence, counting soft ejections only.
+#[test]
+fn a_fleet_takes_out_every_dead_exit_past_the_cap() {
+    let clock = ManualClock::new(0.0);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new("health", Arc::new(clock.clone())));
+    let ids: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
+    let exits: Vec<Exit> =
+        ids.iter().map(|id| Exit::new(id, &format!("http://u:pw@{id}.example:8000"), None, 1, vec![]).unwrap()).collect();
+    // Seeded apart: a worker's seed makes its origin in the store.
+    let workers: Vec<Pool> = (0..2)
+        .map(|i| Pool::with_store(exits.clone(), Config { seed: Some(i), ..rr() }, Arc::new(clock.clone()), store.clone()).unwrap())
+        .collect();
+    for dead in ["e1", "e5"] {
+        let others: Vec<&str> = ids.iter().map(String::as_str).filter(|id| *id != dead).collect();
+        for _ in 0..5 {
+            clock.advance(0.1).unwrap();
+            let g = workers[0].try_acquire_avoiding(0, None, Some("shop.example"), &others).unwrap();
+            workers[0].release(g.id, &connect_error());
+        }
+    }
+    // Soft evidence is still capped, by soft ejections only: one exit may go out for the shop.
+    for burned in ["e3", "e7"] {
+        let others: Vec<&str> = ids.iter().map(String::as_str).filter(|id| *id != burned).collect();
+        for _ in 0..2 {
+            clock.advance(0.1).unwrap();
+            let g = workers[0].try_acquire_avoiding(0, None, Some("shop.example"), &others).unwrap();
+            workers[0].release(g.id, &status(403));
+        }
+    }
+    clock.advance(1.0).unwrap();
+    for (w, p) in workers.iter().enumerate() {
+        for dead in ["e1", "e5"] {
+            assert!(p.state(dead, None).unwrap().is_ejected(), "worker {w}: {dead} is {:?}", p.state(dead, None));
+        }
+        let shop = |id| p.state(id, Some("shop.example")).unwrap();
+        assert_eq!(shop("e3"), exitpool::State::Quarantined, "worker {w}");
+        assert!(!shop("e7").is_ejected(), "worker {w}: e7 is {:?}", shop("e7"));
+    }
 }
