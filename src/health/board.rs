@@ -804,9 +804,7 @@ impl HealthBoard {
             message,
         });
     }
-}
 
-impl HealthBoard {
     /// Whether fewer than `panic_threshold` of the exits serve the site, counting those out
     /// for it (soft) and those out for their tunnel or gateway (`held`): soft evidence is capped
     /// so that it alone never gets there, but hard evidence may take out the exits it left

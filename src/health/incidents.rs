@@ -76,6 +76,7 @@ impl HealthBoard {
     /// A report's signal for `site` during its incident: a success doubles the leases let
     /// through per interval (no spacing at all once they reach `in_service`), a failure of
     /// any kind drops them back to one. The next lease's time moves with it at once.
+    #[inline]
     pub(super) fn ramp(&mut self, site: u32, signal: Signal, in_service: u32) {
         let interval = self.cfg.incident_interval;
         let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) else { return };
