@@ -609,6 +609,8 @@ mod tests {
         assert!(bad(|c| c.jitter = 1.0).contains("jitter"));
         assert!(bad(|c| c.failure_rate = f64::NAN).contains("failure_rate"));
         assert!(bad(|c| c.window = 65).contains("window"));
+        assert_eq!(bad(|c| c.panic_threshold = 1.5), "health panic_threshold 1.5 must be in [0, 1]");
+        assert!(bad(|c| c.panic_threshold = f64::NAN).contains("panic_threshold"));
         assert!(cfg().validate().is_ok());
     }
 }
