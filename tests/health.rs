@@ -431,3 +431,27 @@ fn a_fleet_takes_out_every_dead_exit_past_the_cap() {
         assert!(!shop("e7").is_ejected(), "worker {w}: e7 is {:?}", shop("e7"));
     }
 }
+
+/// The ring shrinking is a change panic is judged on too: with two of four exits out (half in
+/// service, no panic), benching a third leaves one of three serving; unbenching it ends it.
+#[test]
+fn benching_an_exit_can_start_a_panic_and_unbenching_it_ends_it() {
+    let (p, clock, ids) = fleet(4, rr());
+    for dead in &ids[..2] {
+        let others: Vec<&str> = ids.iter().map(String::as_str).filter(|id| id != dead).collect();
+        for _ in 0..5 {
+            clock.advance(0.1).unwrap();
+            let g = p.try_acquire_avoiding(0, None, Some("shop.example"), &others).unwrap();
+            p.release(g.id, &connect_error());
+        }
+    }
+    let panics = |p: &Pool| p.events(0).into_iter().filter(|e| e.kind == "panic").map(|e| (e.time, e.to.unwrap())).collect::<Vec<_>>();
+    assert!(panics(&p).is_empty());
+    let at = clock.advance(1.0).unwrap();
+    p.bench("e3").unwrap();
+    assert_eq!(panics(&p), [(at, "panic")]);
+    assert!(p.snapshot().pool.panic);
+    let later = clock.advance(1.0).unwrap();
+    p.unbench("e3").unwrap();
+    assert_eq!(panics(&p), [(at, "panic"), (later, "normal")]);
+}
