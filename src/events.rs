@@ -41,6 +41,9 @@ pub enum EventKind {
     /// A probe saw a gateway slot present a new IP within one token's lifetime: the provider
     /// did not hold the session's exit.
     StickyBroken,
+    /// Fewer than `panic_threshold` of the exits are in service: the pool serves from all of
+    /// them (`to` "panic"), or is back above it (`to` "normal").
+    Panic,
 }
 
 impl EventKind {
@@ -69,6 +72,7 @@ impl EventKind {
             EventKind::GatewayCredentialsRejected => "gateway_credentials_rejected",
             EventKind::TokenRotated => "token_rotated",
             EventKind::StickyBroken => "sticky_broken",
+            EventKind::Panic => "panic",
         }
     }
 }

@@ -92,6 +92,7 @@ forgive_after = 300
 dead_after = 4
 max_ejected = 0.5
 min_in_service = 2
+panic_threshold = 0.4
 incident_fraction = 0.6
 incident_min_exits = 4
 incident_interval = 0.5
@@ -148,6 +149,7 @@ def test_every_option_reaches_pool_as_written(tmp_path):
             "dead_after": 4,
             "max_ejected": 0.5,
             "min_in_service": 2,
+            "panic_threshold": 0.4,
             "incident_fraction": 0.6,
             "incident_min_exits": 4,
             "incident_interval": 0.5,

@@ -33,7 +33,7 @@ OUT = ("quarantined", "dead")
 HEALTH_SETTINGS = (
     "consecutive degrade_at block_weight connect_weight window min_calls failure_rate captcha_rate captcha_consecutive"
     " recover_successes half_open_trials base_ejection max_ejection jitter min_hold forgive_after dead_after max_ejected"
-    " min_in_service incident_fraction incident_min_exits incident_interval rate_limit_cooldown"
+    " min_in_service panic_threshold incident_fraction incident_min_exits incident_interval rate_limit_cooldown"
 ).split()
 
 
@@ -528,13 +528,20 @@ def test_the_cap_holds_when_a_failed_trial_goes_back_to_quarantine(clock):
 
 
 def test_min_in_service_keeps_the_last_exit_serving(clock):
+    # Soft evidence (blocks) never takes the last exit out...
     pool = make_pool(1, clock=clock)
     for _ in range(30):
         clock.advance(1.0)
         hit(pool, "e0", SHOP, status=403)
-        hit(pool, "e0", NEWS, error="connect")
     assert pool.state("e0", SHOP) == "degraded"
-    assert pool.state("e0") == "degraded"
+    assert served(pool, SHOP, 3) == {"e0": 3}
+    # ...hard evidence (refused connections) does, whatever the minimum: then none is left in
+    # service, so the pool panics and serves from it all the same.
+    for _ in range(30):
+        clock.advance(1.0)
+        hit(pool, "e0", NEWS, error="connect")
+    assert pool.state("e0") in OUT
+    assert pool.snapshot()["pool"]["panic"] is True
     assert served(pool, SHOP, 3) == {"e0": 3}
     pool = make_pool(2, clock=clock, health={"max_ejected": 1.0})
     hit(pool, "e0", SHOP, n=2, status=403)

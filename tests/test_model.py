@@ -12,11 +12,14 @@ after every step:
   it (never another exit), and ``pool.assign(key)`` is the session's exit;
 - counts balance: acquired = released + expired + live, and a late or double release changes
   nothing but the count of ignored releases;
-- an ejection never takes the ejected exits (for the tunnel, or for a site counting the exits
-  out for their tunnel too) past ``max_ejected`` of those in service (one always may go) or
-  below ``min_in_service``; checked after every step and, inside the ``streak`` and ``sweep``
-  rules (up to 6 leases each), after every release, so an exit that goes out and comes back
-  within one step is judged too.
+- an ejection for a site (soft evidence) never takes the exits out for that site alone past
+  ``max_ejected`` of those in service (one always may go), nor leaves fewer than
+  ``min_in_service`` serving it counting those out for their tunnel too; an ejection for the
+  tunnel (hard evidence) is not capped. Checked after every step and, inside the ``streak`` and
+  ``sweep`` rules (up to 6 leases each), after every release, so an exit that goes out and
+  comes back within one step is judged too;
+- in panic (too few exits in service, pool-wide or for a site) an exit out of service may serve
+  again: the model then allows it either way.
 
 The regression tests at the end are the smallest cases the machine found.
 """
@@ -67,6 +70,7 @@ SITES = (None, "shop.example", "news.example")
 VIEWS = (None, ("region", "a"), ("region", "b"))
 HOLDS_A_CAP_SLOT = ("probing", "quarantined", "dead")
 OUT = ("quarantined", "dead")
+PANIC_THRESHOLD = 0.5  # the health default
 RATE_LIMIT_COOLDOWN = 30.0  # the health default when a 429 has no Retry-After
 
 # (release keyword arguments, the outcome class the health table of docs/health.md gives them).
@@ -253,14 +257,30 @@ class PoolModel(RuleBasedStateMachine):
         """The exits in service in a view, with their capacities (the view's ring)."""
         return tuple((i, self.capacity[i]) for i in IDS if i in self.present and not self.present[i] and in_view(i, view))
 
-    def admits(self, exit_id, site, now):
+    def panics(self, site):
+        """Whether the pool may be in panic for ``site`` (its exits out for their tunnel or for
+        the site serve again): the pool's panic or the site's, as the snapshot says; for unscoped
+        leases, whose panic no snapshot shows, whenever the core's count may reach it (each exit
+        out for its tunnel, plus each out for unscoped leases, possibly the same)."""
+        snap = self.pool.snapshot()
+        if snap["pool"]["panic"]:
+            return True
+        if site is not None:
+            return any(s["site"] == site and s["panic"] for s in snap["sites"])
+        members = sum(not benched for benched in self.present.values())
+        tunnel_out = sum(r["state"] in OUT for r in snap["exits"])
+        unscoped_out = sum(self.pool.state(r["exit_id"]) in HOLDS_A_CAP_SLOT for r in snap["exits"])
+        return members > 0 and members - (tunnel_out + unscoped_out) < PANIC_THRESHOLD * members
+
+    def admits(self, exit_id, site, now, panic=False):
         """What the exit's health and 429 cooling may answer a lease for ``site``: "yes",
         "cooling", "lost" (quarantined or dead) or "no" (probing with every trial out). A
-        probing exit may answer either, depending on its trials, which the model leaves open."""
+        probing exit may answer either, depending on its trials, which the model leaves open;
+        so may an exit out of service in ``panic``."""
         state = self.pool.state(exit_id, site)
         served = "cooling" if self.cool.get((exit_id, site), -math.inf) > now else "yes"
         if state in OUT:
-            return ("lost",)
+            return ("lost", "no", served) if panic else ("lost",)
         # The state shows the cooling the model expects, and hides which breaker state is under it.
         assert (state == "cooling") == (served == "cooling"), (exit_id, site, state, served)
         if state in ("healthy", "degraded"):
@@ -306,7 +326,8 @@ class PoolModel(RuleBasedStateMachine):
         if session is not None and session[0] in self.present:
             asked.add(session[0])
         asked = sorted(asked)
-        answers = [self.admits(e, site, now) for e in asked]
+        panic = self.panics(site)
+        answers = [self.admits(e, site, now, panic) for e in asked]
         legal = set()
         # During a site incident the site's leases are spaced out: any of them may be told to cool.
         if site is not None and site in {s["site"] for s in self.pool.snapshot()["sites"] if s["incident"]}:
@@ -566,28 +587,36 @@ class PoolModel(RuleBasedStateMachine):
             event("a global incident")
 
     def check_caps(self, where, rows=None):
-        """Checks the ejection cap of every scope (the tunnel, and each site counting exits out
-        for their tunnel too, as ``pool.state`` does); returns each scope's states."""
+        """Checks the ejection cap of every site (soft evidence: the tunnel's ejections are
+        hard evidence, not capped); returns each scope's states (the tunnel's, and each site's
+        as ``pool.state`` gives them, the worse of the tunnel's and the site's own)."""
         if rows is None:
             rows = {r["exit_id"]: r for r in self.pool.snapshot()["exits"]}
         in_service = sum(not benched for benched in self.present.values())
-        scopes = {"tunnel": {i: r["state"] for i, r in rows.items()}}
+        tunnel = {i: r["state"] for i, r in rows.items()}
+        scopes = {"tunnel": tunnel}
         scopes.update({site: {i: self.pool.state(i, site) for i in rows} for site in SITES})
         for scope, states in scopes.items():
-            self.check_ejection_cap(scope, {i for i, s in states.items() if s in HOLDS_A_CAP_SLOT}, in_service, where)
+            if scope == "tunnel":
+                continue
+            held = {i for i, s in states.items() if s in HOLDS_A_CAP_SLOT}
+            # Out for the site and not for the tunnel: out on the site's own (soft) verdict.
+            soft = {i for i in held if tunnel[i] not in HOLDS_A_CAP_SLOT}
+            self.check_ejection_cap(scope, soft, held, in_service, where)
         return scopes
 
-    def check_ejection_cap(self, scope, held, in_service, where):
-        """An exit newly out (for the tunnel, or for a site whatever the reason) was allowed out:
-        within max_ejected of the exits in service (one always may go) and leaving
-        min_in_service serving. Exits coming back, benched or removed change nothing here."""
+    def check_ejection_cap(self, scope, soft, held, in_service, where):
+        """An exit newly out on the site's own verdict (``soft``) was allowed out: within
+        max_ejected of the exits in service (one always may go) and leaving min_in_service
+        serving the site, counting every exit out for it (``held``). Exits coming back, benched
+        or removed change nothing here."""
         before = self.held.get(scope, set())
-        self.held[scope] = held
-        if held - before:
+        self.held[scope] = soft
+        if soft - before:
             if where != "the step":
                 event(f"an ejection checked within {where}")
             cap = max(1, math.floor(self.max_ejected * in_service))
-            assert len(held) <= cap, f"after {where}, {scope}: {sorted(held)} out at once; the cap is {cap} of {in_service} in service"
+            assert len(soft) <= cap, f"after {where}, {scope}: {sorted(soft)} out at once; the cap is {cap} of {in_service} in service"
             assert in_service - len(held) >= self.min_in_service, (
                 f"after {where}, {scope}: {sorted(held)} out leaves fewer than {self.min_in_service} of {in_service} serving"
             )
@@ -665,17 +694,21 @@ def test_end_session_says_there_was_no_session_once_it_expired():
     assert pool.end_session("k") is False
 
 
-def test_an_exit_out_for_its_tunnel_counts_against_the_cap_of_every_site():
-    """Two exits, so one may be out at once (10%, and one always may) and one must serve: with
-    e1 out for the shop, e0's tunnel failures may only degrade it, or the shop has no exit."""
+def test_an_exit_out_for_its_tunnel_leaves_a_site_its_exits_out_for_it():
+    """Two exits: e1 goes out for the shop (one may, and e0 serves it), then e0's tunnel fails
+    (hard evidence: out whatever the cap and the minimum say). The shop then has none of its
+    exits serving: it panics, and e1, out only for the shop, serves it again."""
     pool = two_exits(ManualClock())
     for exit_id, n, report in (("e1", 2, {"status": 403}), ("e0", 5, {"error": "connect"})):
         only = pool.subset(id=exit_id)
         for _ in range(n):
             pool.release(only.acquire(site="shop.example" if exit_id == "e1" else "news.example", timeout=0), **report)
     states = {i: pool.state(i, "shop.example") for i in ("e0", "e1")}
-    assert sum(s in OUT for s in states.values()) <= 1, states
-    assert pool.acquire(site="shop.example", timeout=0).exit_id == "e0"
+    assert states == {"e0": "quarantined", "e1": "quarantined"}
+    snap = pool.snapshot()
+    assert not snap["pool"]["panic"]  # one of two exits out for its tunnel: half still in service
+    assert [s["panic"] for s in snap["sites"] if s["site"] == "shop.example"] == [True]
+    assert pool.acquire(site="shop.example", timeout=0).exit_id == "e1"
 
 
 def test_an_exit_out_for_unscoped_leases_says_so():

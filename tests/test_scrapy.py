@@ -453,8 +453,11 @@ def test_close_spider_when_no_exit_can_serve(tmp_path):
             settings={
                 "EXITPOOL_CLOSE_SPIDER": True,
                 "EXITPOOL_WAIT": 30,
-                # let the pool take every exit out (its defaults keep one in service)
-                "EXITPOOL_POOL_OPTIONS": {"health": {"min_in_service": 0, "max_ejected": 1.0, "incident_min_exits": 100}},
+                # let the pool take every exit out (its defaults keep one in service, and its
+                # panic threshold would serve from them all again)
+                "EXITPOOL_POOL_OPTIONS": {
+                    "health": {"min_in_service": 0, "max_ejected": 1.0, "incident_min_exits": 100, "panic_threshold": 0}
+                },
             },
         )
         assert time.monotonic() - started < 20  # closed at once, not after EXITPOOL_WAIT per request

@@ -26,6 +26,7 @@ _WARNING_KINDS = frozenset(
         "gateway_down",
         "gateway_credentials_rejected",
         "sticky_broken",
+        "panic",
     }
 )
 

@@ -101,6 +101,9 @@ class ExitSnapshot(TypedDict):
 class SiteSnapshot(TypedDict):
     site: str
     incident: bool
+    panic: bool
+    """Too few exits serve this site (those out for it included): its exits out for it serve
+    it again (see docs/health.md)."""
     outcomes: OutcomeCounts
 
 
@@ -145,6 +148,9 @@ class PoolFigures(TypedDict):
     """Seconds waited for an exit, leases that went at once counting as 0."""
     incidents: List[str]
     global_incident: bool
+    panic: bool
+    """Fewer than ``panic_threshold`` of the exits are in service: every exit serves (see
+    docs/health.md)."""
     sessions: int
     live_leases: int
 
@@ -270,7 +276,7 @@ Event = TypedDict(
         # global_incident_opened, global_incident_closed, session_lost, lease_expired,
         # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
         # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted, gateway_down,
-        # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken
+        # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken, panic
         "kind": str,
         "exit_id": Optional[str],
         "site": Optional[str],

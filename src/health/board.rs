@@ -1,11 +1,14 @@
 //! The pool-wide health board: every breaker, and the safeguards that judge them together.
 //!
 //! One breaker per exit for its tunnel and one per (exit, site). A single exit's trip is
-//! the breaker's call; whether it may eject is the board's: at most `max_ejected` of the
-//! pool out at once (one always may), `min_in_service` always serving, and when most exits
-//! fail one site at once the site is at fault (a site incident): nobody is punished for it and
-//! that site's leases are spaced out instead. When most tunnels fail at once the fault is ours
-//! (network, probes) and no tunnel is judged.
+//! the breaker's call; whether it may eject is the board's. Hard evidence (a tunnel breaker's
+//! trip: refused or broken connections, a drift) always ejects: dead is not an outlier. Soft
+//! evidence (an (exit, site) breaker's trip: blocks, captchas, timeouts) ejects at most
+//! `max_ejected` of the pool at once (one always may) and leaves `min_in_service` serving.
+//! When most exits fail one site at once the site is at fault (a site incident): nobody is
+//! punished for it and that site's leases are spaced out instead. When most tunnels fail at
+//! once the fault is ours (network, probes) and no tunnel is judged. When fewer than
+//! `panic_threshold` of the exits are left in service, the pool panics and serves from all.
 
 use super::incidents::Incident;
 use super::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
@@ -101,6 +104,9 @@ pub(super) struct SiteHealth {
     ejected: u32,
     pub(super) incident: Option<Incident>,
     pub(super) incidents: u32,
+    /// Fewer than `panic_threshold` of the exits serve this site, counting those out for
+    /// their tunnel and those out for the site: its exits out for the site serve it again.
+    panic: bool,
 }
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
@@ -120,6 +126,9 @@ const RECENT_MIN: u32 = 20;
 const LATENCY_PAR: f64 = 1.5;
 /// Adaptive weight bounds, as shares of an exit's capacity.
 const WEIGHT_FLOOR: f64 = 0.05;
+/// In panic, the share of its weight an exit out of service for its tunnel serves at: a
+/// probing exit's, so that the exits still believed healthy take most of the traffic.
+const PANIC_WEIGHT: f64 = 0.1;
 
 pub struct HealthBoard {
     pub cfg: HealthConfig,
@@ -131,6 +140,16 @@ pub struct HealthBoard {
     factor: Vec<f64>,
     pub(super) tunnel_failing: u32,
     tunnel_ejected: u32,
+    /// Tunnel breakers of exits in no group quarantined or dead: the exits hard evidence
+    /// holds out (a gateway's slots are judged for panic by the gateway's breaker).
+    pub(super) tunnel_out: u32,
+    /// Exits in the pool's service (its ring's members), as the pool last said.
+    members: u32,
+    /// Fewer than `panic_threshold` of `members` in service: every exit admits, whatever its
+    /// tunnel or gateway says. Judged when those change, so that a lease reads one field.
+    panic: bool,
+    /// The least tunnel weight factor an exit gets: `PANIC_WEIGHT` in panic, else 0.
+    panic_floor: f64,
     pub(super) global_incident: Option<f64>,
     /// Exit groups (a gateway's slots), group id `g` at `g - 1`; none in a pool without.
     pub(super) groups: Vec<super::Group>,
@@ -162,6 +181,10 @@ impl HealthBoard {
             factor: vec![1.0; exits],
             tunnel_failing: 0,
             tunnel_ejected: 0,
+            tunnel_out: 0,
+            members: exits as u32,
+            panic: false,
+            panic_floor: 0.0,
             global_incident: None,
             groups: Vec::new(),
             next_poll: f64::INFINITY,
@@ -214,8 +237,10 @@ impl HealthBoard {
                         // Reports from leases taken before the quarantine may have counted meanwhile.
                         self.tunnel_failing -= was as u32;
                         self.readmissions += 1;
+                        self.count(h, t, None);
                         self.refresh(h);
                         log_transition(&mut self.events, now, h, None, t, &self.cfg);
+                        self.judge_panic(now);
                     }
                 }
                 Some(s) => {
@@ -242,10 +267,11 @@ impl HealthBoard {
     #[inline]
     pub fn admits(&self, h: u32, site: u32, now: f64) -> Admit {
         let t = &self.tunnel[h as usize];
-        if !t.admits(&self.cfg) {
+        // `panic` is read only for an exit its tunnel or gateway holds out.
+        if !t.admits(&self.cfg) && !self.panic {
             return Admit::No(t.state());
         }
-        if t.group() != 0 && !self.group_admits(t.group()) {
+        if t.group() != 0 && !self.group_admits(t.group()) && !self.group_panics(t.group()) {
             return Admit::No(self.group_state(t.group()));
         }
         self.site_admits(h, site, now)
@@ -281,7 +307,10 @@ impl HealthBoard {
     #[inline]
     pub fn tunnel_admits(&self, h: u32) -> bool {
         let t = &self.tunnel[h as usize];
-        t.admits(&self.cfg) && (t.group() == 0 || self.group_admits(t.group()))
+        if t.group() != 0 {
+            return (t.admits(&self.cfg) || self.panic) && (self.group_admits(t.group()) || self.group_panics(t.group()));
+        }
+        t.admits(&self.cfg) || self.panic
     }
 
     /// Whether exit `h` may take a lease for `site` as far as that site goes (its breaker for
@@ -290,7 +319,8 @@ impl HealthBoard {
     pub fn site_admits(&self, h: u32, site: u32, now: f64) -> Admit {
         let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
         if let Some(b) = sh.breakers.get(h as usize) {
-            if !b.admits(&self.cfg) {
+            // `panic` is read only for an exit its breaker for the site holds out.
+            if !b.admits(&self.cfg) && !sh.panic {
                 return Admit::No(b.state());
             }
         }
@@ -312,12 +342,21 @@ impl HealthBoard {
         s.map_or(t, |s| s.max(t))
     }
 
-    /// A live session's exit can no longer serve it for this site.
+    /// A live session's exit can no longer serve it for this site. In panic an exit out for
+    /// its tunnel or its gateway serves its sessions as it serves every lease (and in a site's
+    /// panic, one out for the site); one behind a gateway refusing its credentials loses them.
     pub fn lost(&self, h: u32, site: u32) -> Option<&'static str> {
-        let worst = self.state(h, Some(site));
-        if worst.is_ejected() && self.group_out(self.tunnel[h as usize].group()) {
+        let g = self.tunnel[h as usize].group();
+        if self.group_out(g) && !self.group_panics(g) {
             return Some("its gateway is out of service");
         }
+        let tunnel = if self.panic { State::Healthy } else { self.tunnel[h as usize].state() };
+        let sh = self.sites.get(site as usize);
+        let on_site = match sh.and_then(|sh| sh.breakers.get(h as usize)) {
+            Some(b) if !sh.is_some_and(|sh| sh.panic) => b.state(),
+            _ => State::Healthy,
+        };
+        let worst = tunnel.max(on_site);
         match worst {
             State::Quarantined => Some("its exit is quarantined"),
             State::Dead => Some("its exit is dead"),
@@ -337,7 +376,7 @@ impl HealthBoard {
     }
 
     pub(super) fn refresh(&mut self, h: u32) {
-        self.factor[h as usize] = self.tunnel[h as usize].weight_factor() * self.adaptive(h);
+        self.factor[h as usize] = self.tunnel[h as usize].weight_factor().max(self.panic_floor) * self.adaptive(h);
     }
 
     fn adaptive(&self, h: u32) -> f64 {
@@ -411,7 +450,7 @@ impl HealthBoard {
 
         // The tunnel.
         match Signal::for_tunnel(report.outcome, &self.cfg) {
-            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, in_service, threshold, now, jitter),
+            Some(signal) => self.tunnel_signal(h, signal, trial.tunnel, threshold, now, jitter),
             None => self.trial_back(h, trial.tunnel),
         }
 
@@ -430,19 +469,12 @@ impl HealthBoard {
                 let is = b.failing(cfg);
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
+                self.ramp(site, signal, in_service);
                 if let Some(failed) = failed {
                     let sh = &mut self.sites[site as usize];
-                    let (suspended, out) = (sh.incident.is_some(), self.tunnel_ejected + sh.ejected + 1);
+                    let (suspended, soft, hard) = (sh.incident.is_some(), sh.ejected + 1, self.tunnel_ejected);
                     let cfg = &self.cfg;
-                    // For one site, an exit out for its tunnel is as unavailable as one out for
-                    // the site: both count against the cap.
-                    let ejection = || {
-                        if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
-                            Ejection::Refused
-                        } else {
-                            Ejection::Allowed
-                        }
-                    };
+                    let ejection = || soft_ejection(cfg, soft, hard, in_service);
                     let t = sh.breakers[hu].judge_lazily(cfg, failed, now, suspended, ejection, jitter);
                     let sh = &mut self.sites[site as usize];
                     let after = sh.breakers[hu].failing(&self.cfg);
@@ -547,25 +579,30 @@ impl HealthBoard {
         self.readmissions += 1;
         let until = self.tunnel[h as usize].until();
         self.share(h, None, t, until, now);
-        self.count(t, None);
+        self.count(h, t, None);
         self.refresh(h);
         if t.to == State::Quarantined {
             self.schedule(self.tunnel[h as usize].until(), h, None);
         }
         log_transition(&mut self.events, now, h, None, t, &self.cfg);
+        self.judge_panic(now);
     }
 
     fn site_changed(&mut self, h: u32, site: u32, t: Transition, now: f64) {
         let until = self.sites[site as usize].breakers[h as usize].until();
         self.share(h, Some(site), t, until, now);
-        self.count(t, Some(site));
+        self.count(h, t, Some(site));
         if t.to == State::Quarantined {
             self.schedule(self.sites[site as usize].breakers[h as usize].until(), h, Some(site));
         }
         log_transition(&mut self.events, now, h, Some(site), t, &self.cfg);
+        self.judge_site_panic(site, self.exits_held_out());
     }
 
-    fn count(&mut self, t: Transition, site: Option<u32>) {
+    fn count(&mut self, h: u32, t: Transition, site: Option<u32>) {
+        if site.is_none() && self.tunnel[h as usize].group() == 0 {
+            self.tunnel_out = (self.tunnel_out + t.to.is_ejected() as u32) - t.from.is_ejected() as u32;
+        }
         let ejected = match site {
             None => &mut self.tunnel_ejected,
             Some(s) => &mut self.sites[s as usize].ejected,
@@ -594,14 +631,13 @@ impl HealthBoard {
             // verdict is enough to take it out (within the cap), not five.
             Probe::Drifted => Signal::Failure(self.cfg.consecutive),
         };
-        self.tunnel_signal(h, signal, 0, in_service, self.incident_threshold(in_service), now, jitter);
+        self.tunnel_signal(h, signal, 0, self.incident_threshold(in_service), now, jitter);
     }
 
-    /// One signal into exit `h`'s tunnel breaker, judged against the whole pool: the
-    /// global incident (`threshold`, the pool's incident threshold for `in_service`), the
-    /// ejection cap and the minimum in service.
+    /// One signal into exit `h`'s tunnel breaker, judged against the global incident
+    /// (`threshold`, the pool's incident threshold for the exits in service).
     #[allow(clippy::too_many_arguments)]
-    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, in_service: u32, threshold: u32, now: f64, jitter: f64) {
+    fn tunnel_signal(&mut self, h: u32, signal: Signal, trial: u32, threshold: u32, now: f64, jitter: f64) {
         let hu = h as usize;
         self.readmissions += (trial != 0) as u64;
         let b = &mut self.tunnel[hu];
@@ -611,24 +647,11 @@ impl HealthBoard {
         self.tunnel_failing = (self.tunnel_failing + is as u32) - was as u32;
         self.judge_global(threshold, now);
         let Some(failed) = failed else { return };
-        let (cfg, sites, tunnel_ejected) = (&self.cfg, &self.sites, self.tunnel_ejected);
-        let ejection = || {
-            // An exit out for its tunnel is out for every site: for the site with the most
-            // exits out already (this one aside), it would be one more.
-            let site_out = sites
-                .iter()
-                .filter(|sh| !sh.breakers.get(hu).is_some_and(|b| b.state().holds_a_cap_slot()))
-                .map(|sh| sh.ejected)
-                .max()
-                .unwrap_or(0);
-            let out = tunnel_ejected + site_out + 1;
-            if out > ejection_cap(cfg, in_service) || in_service.saturating_sub(out) < cfg.min_in_service {
-                Ejection::Refused
-            } else {
-                Ejection::Allowed
-            }
-        };
-        let t = self.tunnel[hu].judge_lazily(cfg, failed, now, self.global_incident.is_some(), ejection, jitter);
+        // Hard evidence: a tunnel that refuses or breaks connections (whether traffic or a
+        // probe saw it; a site cannot cause it) or presents another address is out whatever
+        // the cap says. Only a global incident (the fault is ours) holds it back; a pool that
+        // loses most of its exits this way panics instead (`judge_panic`).
+        let t = self.tunnel[hu].judge_lazily(&self.cfg, failed, now, self.global_incident.is_some(), || Ejection::Allowed, jitter);
         // A state change starts the breaker afresh: keep the failing count true.
         let after = self.tunnel[hu].failing(&self.cfg);
         self.tunnel_failing = (self.tunnel_failing + after as u32) - is as u32;
@@ -649,18 +672,20 @@ impl HealthBoard {
         }
         if let Some(t) = self.tunnel[h as usize].revive(now) {
             self.readmissions += 1;
-            self.count(t, None);
+            self.count(h, t, None);
             self.refresh(h);
             log_transition(&mut self.events, now, h, None, t, &self.cfg);
         }
         for s in 0..self.sites.len() {
             if let Some(b) = self.sites[s].breakers.get_mut(h as usize) {
                 if let Some(t) = b.revive(now) {
-                    self.count(t, Some(s as u32));
+                    self.count(h, t, Some(s as u32));
                     log_transition(&mut self.events, now, h, Some(s as u32), t, &self.cfg);
                 }
             }
         }
+        // Judges every site's panic too.
+        self.judge_panic(now);
     }
 
     /// An exit left the pool: its breakers no longer count against the cap.
@@ -671,6 +696,9 @@ impl HealthBoard {
         let old = std::mem::replace(&mut self.tunnel[h as usize], fresh.clone());
         if old.state().holds_a_cap_slot() {
             self.tunnel_ejected -= 1;
+        }
+        if old.state().is_ejected() {
+            self.tunnel_out -= 1;
         }
         if old.failing(&self.cfg) {
             self.tunnel_failing -= 1;
@@ -688,6 +716,7 @@ impl HealthBoard {
         }
         self.recent[h as usize] = Recent::default();
         self.refresh(h);
+        self.judge_panic(now);
     }
 
     pub fn tunnel_breaker(&self, h: u32) -> &Breaker {
@@ -705,6 +734,115 @@ impl HealthBoard {
 
     pub fn ejected(&self) -> u32 {
         self.tunnel_ejected
+    }
+
+    /// Whether the pool is in panic: too few exits in service, so every exit serves.
+    pub fn panic(&self) -> bool {
+        self.panic
+    }
+
+    /// The pool's exits in service (its ring's members) changed to `n`.
+    pub fn set_members(&mut self, n: u32, now: f64) {
+        self.members = n;
+        self.judge_panic(now);
+    }
+
+    /// The pool's hosts, and those hard evidence holds out: an exit of its own is one host,
+    /// out when its tunnel is; a gateway is one host however many slots it has (they share
+    /// its endpoint and its breaker), out while its breaker is open.
+    fn hosts(&self) -> (u32, u32) {
+        let (mut slots, mut gateways, mut out) = (0, 0, self.tunnel_out);
+        for g in self.groups.iter().filter(|g| g.members() > 0) {
+            slots += g.members();
+            gateways += 1;
+            out += (g.state() != State::Healthy) as u32;
+        }
+        (self.members.saturating_sub(slots) + gateways, out)
+    }
+
+    /// Enters or leaves panic (Envoy's healthy panic threshold): when fewer than
+    /// `panic_threshold` of the exits in the ring are in service, ejections have taken out
+    /// more than a pool should lose, and the few left would take all the traffic (or there
+    /// are none): every exit serves instead, those held out at `PANIC_WEIGHT`. Judged on each
+    /// change of what it counts, never per lease.
+    pub(super) fn judge_panic(&mut self, now: f64) {
+        let held = self.exits_held_out();
+        for s in 0..self.sites.len() as u32 {
+            self.judge_site_panic(s, held);
+        }
+        let (members, out) = self.hosts();
+        let serving = members.saturating_sub(out);
+        let panic = members > 0 && (serving as f64) < self.cfg.panic_threshold * members as f64;
+        if panic == self.panic {
+            return;
+        }
+        self.panic = panic;
+        self.panic_floor = if panic { PANIC_WEIGHT } else { 0.0 };
+        // Every exit held out is admitted again, or parked again: selection looks again.
+        self.readmissions += 1;
+        for h in 0..self.tunnel.len() as u32 {
+            self.refresh(h);
+        }
+        let pct = self.cfg.panic_threshold * 100.0;
+        let message = if panic {
+            format!(
+                "panic: {serving} of {members} exits in service, below {pct:.0}%: every exit serves, those out for their tunnel or gateway at {:.0}% of their weight",
+                PANIC_WEIGHT * 100.0
+            )
+        } else {
+            format!("panic over: {serving} of {members} exits in service, at least {pct:.0}%: exits held out stay out again")
+        };
+        let (from, to) = if panic { ("normal", "panic") } else { ("panic", "normal") };
+        self.events.push_event(Event {
+            seq: 0,
+            time: now,
+            kind: EventKind::Panic,
+            exit: None,
+            site: None,
+            from: Some(from),
+            to: Some(to),
+            message,
+        });
+    }
+
+    /// Whether fewer than `panic_threshold` of the exits serve the site, counting those out
+    /// for it (soft) and those out for their tunnel or gateway (`held`): soft evidence is capped
+    /// so that it alone never gets there, but hard evidence may take out the exits it left
+    /// serving (two exits: one blocked by the site, then the other refusing connections). Then
+    /// the site's own verdicts are set aside: its exits out for it serve it again (at their
+    /// least weight).
+    fn judge_site_panic(&mut self, site: u32, held: u32) {
+        let (members, threshold) = (self.members, self.cfg.panic_threshold);
+        let sh = &mut self.sites[site as usize];
+        let serving = members.saturating_sub(held + sh.ejected);
+        let panic = members > 0 && (serving as f64) < threshold * members as f64;
+        // No event: the site's snapshot record shows it, and the pool's panic, which brings
+        // most sites' with it, says so once for all of them.
+        self.readmissions += (panic != sh.panic) as u64;
+        sh.panic = panic;
+    }
+
+    /// Exits (not hosts: a gateway's slots count one each) out for their tunnel or gateway.
+    fn exits_held_out(&self) -> u32 {
+        let slots: u32 = self.groups.iter().filter(|g| g.state() != State::Healthy).map(super::Group::members).sum();
+        self.tunnel_out + slots
+    }
+
+    /// Whether `site` is in panic (see `judge_site_panic`).
+    pub fn site_panic(&self, site: u32) -> bool {
+        self.sites.get(site as usize).is_some_and(|sh| sh.panic)
+    }
+}
+
+/// Whether soft evidence (an (exit, site) breaker's trip) may eject one more exit for its site,
+/// with `soft` of them out for the site then and `hard` out for their tunnels: the cap counts
+/// soft ejections only (as Envoy's max_ejection_percent counts outlier ejections, not failed
+/// health checks), the minimum in service counts every exit out.
+fn soft_ejection(cfg: &HealthConfig, soft: u32, hard: u32, in_service: u32) -> Ejection {
+    if soft > ejection_cap(cfg, in_service) || in_service.saturating_sub(soft + hard) < cfg.min_in_service {
+        Ejection::Refused
+    } else {
+        Ejection::Allowed
     }
 }
 

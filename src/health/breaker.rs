@@ -98,9 +98,11 @@ impl Breaker {
         self.trials_out
     }
     /// Whether recent failures, of the exit or of the site, mark this exit as failing its
-    /// site (for incidents): as much accumulated evidence as it takes to degrade.
+    /// site (for incidents): as much accumulated evidence as it takes to degrade. An exit
+    /// out of service is out, not failing: the failures of the leases a panic still sends
+    /// through it must not make an incident of what the pool already knows.
     pub fn failing(&self, cfg: &HealthConfig) -> bool {
-        self.site_strikes >= cfg.degrade_at
+        self.site_strikes >= cfg.degrade_at && !self.state.is_ejected()
     }
 
     /// Whether a lease may go through this breaker now (a probing one admits its trials).
@@ -607,6 +609,8 @@ mod tests {
         assert!(bad(|c| c.jitter = 1.0).contains("jitter"));
         assert!(bad(|c| c.failure_rate = f64::NAN).contains("failure_rate"));
         assert!(bad(|c| c.window = 65).contains("window"));
+        assert_eq!(bad(|c| c.panic_threshold = 1.5), "health panic_threshold 1.5 must be in [0, 1]");
+        assert!(bad(|c| c.panic_threshold = f64::NAN).contains("panic_threshold"));
         assert!(cfg().validate().is_ok());
     }
 }

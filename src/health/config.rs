@@ -44,11 +44,17 @@ pub struct HealthConfig {
     pub forgive_after: f64,
     /// Consecutive failed returns that declare an exit dead.
     pub dead_after: u32,
-    /// Share of the pool that may be ejected at once (Envoy's max_ejection_percent: 10%);
-    /// one exit may always be ejected.
+    /// Share of the pool that soft evidence (blocks, captchas, timeouts: a site's verdict)
+    /// may eject at once (Envoy's max_ejection_percent: 10%); one exit may always be ejected.
+    /// Hard evidence (a refused or broken tunnel, a drift) is not capped: dead is not an
+    /// outlier.
     pub max_ejected: f64,
-    /// Exits that always stay in service.
+    /// Exits that soft evidence always leaves in service.
     pub min_in_service: u32,
+    /// Below this share of the pool in service, the pool panics (Envoy's
+    /// healthy_panic_threshold: 50%): it serves from every exit rather than from the few left.
+    /// 0 never panics.
+    pub panic_threshold: f64,
     /// Share of exits failing one site at once that makes it a site incident.
     pub incident_fraction: f64,
     /// Fewest failing exits that can make an incident.
@@ -91,6 +97,7 @@ impl Default for HealthConfig {
             dead_after: 5,
             max_ejected: 0.10,
             min_in_service: 1,
+            panic_threshold: 0.5,
             incident_fraction: 0.5,
             incident_min_exits: 3,
             incident_interval: 1.0,
@@ -138,6 +145,9 @@ impl HealthConfig {
             if !(v.is_finite() && v > 0.0 && v <= 1.0) {
                 return bad(name, format!("{v} must be in (0, 1]"));
             }
+        }
+        if !(self.panic_threshold.is_finite() && (0.0..=1.0).contains(&self.panic_threshold)) {
+            return bad("panic_threshold", format!("{} must be in [0, 1]", self.panic_threshold));
         }
         if !(self.jitter.is_finite() && (0.0..1.0).contains(&self.jitter)) {
             return bad("jitter", format!("{} must be in [0, 1)", self.jitter));

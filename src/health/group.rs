@@ -213,6 +213,10 @@ impl HealthBoard {
         if group != 0 {
             self.groups[group as usize - 1].members += 1;
         }
+        // Panic counts an exit's own tunnel out only outside a group.
+        if self.tunnel[h as usize].state().is_ejected() {
+            self.tunnel_out = (self.tunnel_out + (group == 0) as u32) - (old == 0) as u32;
+        }
         self.tunnel[h as usize].set_group(group);
         // Its admission may have changed either way.
         self.readmissions += 1;
@@ -240,6 +244,13 @@ impl HealthBoard {
 
     pub(super) fn group_state(&self, g: u32) -> State {
         self.groups[g as usize - 1].state
+    }
+
+    /// Whether panic admits group `g`'s slots while it is out: yes, unless its gateway refuses
+    /// its credentials (configuration, not health: no lease can get through it).
+    #[inline(never)] // out of line: only a gateway out of service comes here
+    pub(super) fn group_panics(&self, g: u32) -> bool {
+        self.panic() && self.groups[g as usize - 1].cause != GroupCause::Credentials
     }
 
     /// Whether group `g` (0: none) is out of service.
@@ -517,6 +528,7 @@ impl HealthBoard {
             to: Some(to.name()),
             message,
         });
+        self.judge_panic(now);
     }
 }
 

@@ -1,20 +1,48 @@
 //! Incidents: when most exits fail one site at once, the site is at fault (a site incident):
 //! nobody is punished for it and its leases are spaced out instead; when most tunnels fail at
 //! once, the fault is ours (network, probes) and no tunnel is judged (the global incident).
+//!
+//! A site incident's spacing ramps: each success for the site doubles the leases it lets
+//! through per `incident_interval` (1, 2, 4, 8, ...), each failure drops it back to one, and
+//! once it lets through as many per interval as the pool has exits in service it spaces
+//! nothing. Recovery then takes about as long as noticing: one interval for the first
+//! success, under one more for the doublings (TCP's slow start, per success rather than per
+//! round trip, since a lease's answer is its acknowledgement).
 
 use super::board::{HealthBoard, SITE_VERDICT};
-use super::State;
+use super::{Signal, State};
 use crate::events::EventKind;
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Incident {
     opened: f64,
     next_lease: f64,
+    /// When the last lease for the site went out.
+    last_pass: f64,
+    /// Leases let through per `incident_interval`: 1 at first, doubled by each success.
+    rate: u32,
+    /// `incident_interval / rate`, kept so that a lease adds, never divides; 0 at full traffic.
+    spacing: f64,
     /// Shared by another worker of the fleet: it holds until then (or until that worker
     /// closes it), whatever this worker's own evidence says.
     remote_until: f64,
     /// Opened here, in a fleet: when to tell the fleet again that it is still open.
     republish_at: f64,
+}
+
+impl Incident {
+    /// Opened now: the next lease may go at once, then one per `interval`.
+    fn new(now: f64, interval: f64) -> Incident {
+        Incident {
+            opened: now,
+            next_lease: now,
+            last_pass: f64::NEG_INFINITY,
+            rate: 1,
+            spacing: interval,
+            remote_until: f64::NEG_INFINITY,
+            republish_at: f64::INFINITY,
+        }
+    }
 }
 
 /// How long a site incident shared by another worker holds without news from it; the worker
@@ -40,8 +68,24 @@ impl HealthBoard {
     #[inline]
     pub fn gate_pass(&mut self, site: u32, now: f64) {
         if let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) {
-            inc.next_lease = now + self.cfg.incident_interval;
+            inc.last_pass = now;
+            inc.next_lease = now + inc.spacing;
         }
+    }
+
+    /// A report's signal for `site` during its incident: a success doubles the leases let
+    /// through per interval (no spacing at all once they reach `in_service`), a failure of
+    /// any kind drops them back to one. The next lease's time moves with it at once.
+    #[inline]
+    pub(super) fn ramp(&mut self, site: u32, signal: Signal, in_service: u32) {
+        let interval = self.cfg.incident_interval;
+        let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) else { return };
+        inc.rate = match signal {
+            Signal::Success => inc.rate.saturating_mul(2),
+            Signal::Failure(_) | Signal::Captcha | Signal::SiteError => 1,
+        };
+        inc.spacing = if inc.rate >= in_service.max(1) { 0.0 } else { interval / inc.rate as f64 };
+        inc.next_lease = inc.last_pass + inc.spacing;
     }
 
     pub(super) fn incident_threshold(&self, in_service: u32) -> u32 {
@@ -53,10 +97,9 @@ impl HealthBoard {
         match sh.incident {
             None if sh.failing >= threshold => {
                 sh.incident = Some(Incident {
-                    opened: now,
-                    next_lease: now,
                     remote_until: f64::NEG_INFINITY,
                     republish_at: now + INCIDENT_HOLD / 2.0,
+                    ..Incident::new(now, self.cfg.incident_interval)
                 });
                 sh.incidents += 1;
                 let failing = sh.failing;
@@ -100,7 +143,11 @@ impl HealthBoard {
         match (&mut sh.incident, open) {
             (Some(inc), true) => inc.remote_until = now + hold,
             (None, true) => {
-                sh.incident = Some(Incident { opened: now, next_lease: now, remote_until: now + hold, republish_at: f64::INFINITY });
+                sh.incident = Some(Incident {
+                    remote_until: now + hold,
+                    republish_at: f64::INFINITY,
+                    ..Incident::new(now, self.cfg.incident_interval)
+                });
                 sh.incidents += 1;
                 self.events.push(
                     now,

@@ -59,7 +59,7 @@ impl Pool {
             let id = slot.exit.id.clone();
             if safe == 0 {
                 slot.benched = true;
-                st.leave_views(h)?;
+                st.leave_views(h, now)?;
                 st.board.events.push(
                     now,
                     EventKind::Benched,
@@ -74,9 +74,9 @@ impl Pool {
             if new != old {
                 let resized = Exit { capacity: new, ..(*slot.exit).clone() };
                 st.check_room(&resized)?;
-                st.leave_views(h)?;
+                st.leave_views(h, now)?;
                 st.exits[h as usize].set_exit(resized);
-                st.join_views(h)?;
+                st.join_views(h, now)?;
                 st.board.events.push(
                     now,
                     EventKind::Recalibrated,

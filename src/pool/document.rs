@@ -114,7 +114,7 @@ impl<'a> Document<'a> {
             sites: snap
                 .sites
                 .iter()
-                .map(|s| SiteDoc { site: &s.site, incident: s.incident, outcomes: OutcomeCounts(s.outcomes) })
+                .map(|s| SiteDoc { site: &s.site, incident: s.incident, panic: s.panic, outcomes: OutcomeCounts(s.outcomes) })
                 .collect(),
             matrix: Matrix { snap, pace },
             sessions: snap.sessions,
@@ -143,6 +143,7 @@ struct PoolDoc<'a> {
     wait: Waits,
     incidents: &'a [String],
     global_incident: bool,
+    panic: bool,
     sessions: usize,
     live_leases: usize,
 }
@@ -166,6 +167,7 @@ impl<'a> PoolDoc<'a> {
             wait: Waits { p50: f.wait_p50, p99: f.wait_p99 },
             incidents: &f.incidents,
             global_incident: f.global_incident,
+            panic: f.panic,
             sessions: snap.sessions,
             live_leases: snap.live_leases,
         }
@@ -349,6 +351,7 @@ impl Latency {
 struct SiteDoc<'a> {
     site: &'a str,
     incident: bool,
+    panic: bool,
     outcomes: OutcomeCounts,
 }
 

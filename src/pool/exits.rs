@@ -20,7 +20,7 @@ impl Pool {
         let keys = st.sessions.keys_on(h, now);
         if !st.exits[h as usize].benched {
             st.exits[h as usize].benched = true;
-            st.leave_views(h)?;
+            st.leave_views(h, now)?;
             st.board.events.push(
                 now,
                 EventKind::Benched,
@@ -38,7 +38,7 @@ impl Pool {
         if st.exits[h as usize].benched {
             st.check_room(&st.exits[h as usize].exit)?;
             st.exits[h as usize].benched = false;
-            st.join_views(h)?;
+            st.join_views(h, self.clock.now())?;
             let now = self.clock.now();
             st.board.events.push(now, EventKind::Unbenched, Some(h), None, "back in the ring".to_owned());
         }
@@ -74,7 +74,7 @@ impl Pool {
                 h
             }
         };
-        st.join_views(h)
+        st.join_views(h, self.clock.now())
     }
 
     /// Takes an exit out for good. Live sessions on it get `SessionExitLost` at their next
@@ -83,7 +83,7 @@ impl Pool {
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
         if !st.exits[h as usize].benched {
-            st.leave_views(h)?;
+            st.leave_views(h, self.clock.now())?;
         }
         let now = self.clock.now();
         st.board.forget(h, now);
@@ -102,11 +102,11 @@ impl Pool {
         let resized = Exit { capacity, ..(*st.exits[h as usize].exit).clone() };
         if in_service {
             st.check_room(&resized)?;
-            st.leave_views(h)?;
+            st.leave_views(h, self.clock.now())?;
         }
         st.exits[h as usize].set_exit(resized);
         if in_service {
-            st.join_views(h)?;
+            st.join_views(h, self.clock.now())?;
         }
         Ok(())
     }
@@ -154,7 +154,7 @@ impl Pool {
         }
         st.gateways.push(Arc::new(gateway));
         st.gateway_joined(index, &handles, now);
-        handles.iter().try_for_each(|&h| st.join_views(h))
+        handles.iter().try_for_each(|&h| st.join_views(h, now))
     }
 
     pub fn exit(&self, exit_id: &str) -> Result<Arc<Exit>> {

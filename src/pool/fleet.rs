@@ -274,7 +274,9 @@ impl Pool {
             }
             let pending: Vec<_> = std::mem::take(outbox);
             let in_service = st.views[0].members.len() as u32;
-            let cap = st.board.ejection_cap(in_service);
+            // The store's cap for a site counts tunnel ejections too; here it limits soft
+            // evidence only, so the tunnels out (known here as fleet verdicts) are added.
+            let cap = st.board.ejection_cap(in_service).saturating_add(st.board.ejected());
             let named: Vec<_> = pending
                 .into_iter()
                 .map(|OutboxVerdict { exit: h, site, state, hold }| {
@@ -297,7 +299,8 @@ impl Pool {
             (named, cap)
         };
         for (h, site, v) in pending {
-            let r = fl.store.publish(&v, cap);
+            // A tunnel's verdict is hard evidence: no cap, fleet-wide as here.
+            let r = fl.store.publish(&v, if site.is_none() { u32::MAX } else { cap });
             if !self.heard(fl, r.as_ref().map(drop).map_err(Clone::clone), now) {
                 return;
             }

@@ -136,6 +136,8 @@ impl Cell {
 pub struct SiteRecord {
     pub site: String,
     pub incident: bool,
+    /// Too few exits serve the site: those out for it serve it again (see `HealthBoard`).
+    pub panic: bool,
     /// Outcomes on the site over every exit in the pool, listed or not.
     pub outcomes: [u64; 8],
     /// Indexed like `Snapshot::exits`; `None` where the exit has not served the site.
@@ -213,6 +215,8 @@ pub struct PoolFigures {
     pub wait_p99: f64,
     pub incidents: Vec<String>,
     pub global_incident: bool,
+    /// Fewer than `panic_threshold` of the exits in service: every exit serves.
+    pub panic: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -329,6 +333,7 @@ impl Pool {
                 SiteRecord {
                     site: st.site_names[site as usize].to_string(),
                     incident: st.board.incident_open(site),
+                    panic: st.board.site_panic(site),
                     outcomes: sum_outcomes(present.iter().filter_map(|&h| tallies.get(h as usize))),
                     cells: Vec::new(),
                 }
@@ -359,6 +364,7 @@ impl Pool {
         figures.incidents =
             st.board.open_incidents().into_iter().filter(|&s| s != 0).map(|s| st.site_names[s as usize].to_string()).collect();
         figures.global_incident = st.board.global_incident_open();
+        figures.panic = st.board.panic();
         let groups = sel.by_tag.as_deref().map(|tag| st.groups(&present, tag, &sessions_per_exit));
         let snap = Snapshot {
             now,

@@ -320,7 +320,7 @@ impl State {
         self.views.iter().filter(|v| v.matches(exit)).try_for_each(|v| v.ring.check_room(&exit.id, exit.capacity))
     }
 
-    pub(super) fn join_views(&mut self, h: u32) -> Result<()> {
+    pub(super) fn join_views(&mut self, h: u32, now: f64) -> Result<()> {
         let exit = self.exits[h as usize].exit.clone();
         self.check_room(&exit)?;
         for view in self.views.iter_mut().filter(|v| v.matches(&exit)) {
@@ -332,10 +332,11 @@ impl State {
                 view.selector.reset();
             }
         }
+        self.board.set_members(self.views[0].members.len() as u32, now);
         Ok(())
     }
 
-    pub(super) fn leave_views(&mut self, h: u32) -> Result<()> {
+    pub(super) fn leave_views(&mut self, h: u32, now: f64) -> Result<()> {
         let exit = self.exits[h as usize].exit.clone();
         for view in self.views.iter_mut() {
             if let Ok(pos) = view.members.binary_search(&h) {
@@ -346,6 +347,7 @@ impl State {
                 view.selector.reset();
             }
         }
+        self.board.set_members(self.views[0].members.len() as u32, now);
         Ok(())
     }
 
