@@ -41,6 +41,15 @@ pub enum EventKind {
     /// A probe saw a gateway slot present a new IP within one token's lifetime: the provider
     /// did not hold the session's exit.
     StickyBroken,
+    /// `Pool::update` applied a new list of exits (or a watched list could not be read).
+    ExitsUpdated,
+    /// A watched list or config file changed but could not be read: the old list stays.
+    ExitsReloadFailed,
+    /// `state=`: the saved state was resumed, or could not be and the pool started clean.
+    StateResumed,
+    StateDiscarded,
+    /// `state=`: a save failed (the pool carries on; the next save tries again).
+    StateSaveFailed,
 }
 
 impl EventKind {
@@ -69,6 +78,11 @@ impl EventKind {
             EventKind::GatewayCredentialsRejected => "gateway_credentials_rejected",
             EventKind::TokenRotated => "token_rotated",
             EventKind::StickyBroken => "sticky_broken",
+            EventKind::ExitsUpdated => "exits_updated",
+            EventKind::ExitsReloadFailed => "exits_reload_failed",
+            EventKind::StateResumed => "state_resumed",
+            EventKind::StateDiscarded => "state_discarded",
+            EventKind::StateSaveFailed => "state_save_failed",
         }
     }
 }

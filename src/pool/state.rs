@@ -75,12 +75,17 @@ impl ExitSlot {
         ExitSlot { generation, rotates_at, ..ExitSlot::new(exit) }
     }
 
-    /// Puts a plain exit where a removed one was: no token, nothing learned.
-    pub(super) fn rejoin(&mut self, exit: Exit) {
+    /// Puts `exit` in this slot: a plain exit (`token` None: no token) or a gateway slot's
+    /// exit in token generation `token.0`, rotating at `token.1` (pool clock). An IP learned
+    /// through the old token or proxy is forgotten.
+    pub(super) fn replace(&mut self, exit: Exit, token: Option<(u64, f64)>) {
+        let (generation, rotates_at) = token.unwrap_or((0, f64::INFINITY));
+        if generation != self.generation || exit.proxy != self.exit.proxy {
+            self.learned_ip = None;
+        }
         self.set_exit(exit);
-        self.rotates_at = f64::INFINITY;
-        self.generation = 0;
-        self.learned_ip = None;
+        self.rotates_at = rotates_at;
+        self.generation = generation;
     }
 
     pub(super) fn set_exit(&mut self, exit: Exit) {
