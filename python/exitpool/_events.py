@@ -26,6 +26,9 @@ _WARNING_KINDS = frozenset(
         "gateway_down",
         "gateway_credentials_rejected",
         "sticky_broken",
+        "exits_reload_failed",
+        "state_discarded",
+        "state_save_failed",
     }
 )
 
