@@ -45,8 +45,10 @@ pub enum EventKind {
     ExitsUpdated,
     /// A watched list or config file changed but could not be read: the old list stays.
     ExitsReloadFailed,
-    /// `state=`: the saved state was resumed, or could not be and the pool started clean.
+    /// `state=`: the saved state was resumed; there was none yet; or it could not be used
+    /// (unreadable, corrupt, foreign) and the pool started clean.
     StateResumed,
+    StateNew,
     StateDiscarded,
     /// `state=`: a save failed (the pool carries on; the next save tries again).
     StateSaveFailed,
@@ -81,6 +83,7 @@ impl EventKind {
             EventKind::ExitsUpdated => "exits_updated",
             EventKind::ExitsReloadFailed => "exits_reload_failed",
             EventKind::StateResumed => "state_resumed",
+            EventKind::StateNew => "state_new",
             EventKind::StateDiscarded => "state_discarded",
             EventKind::StateSaveFailed => "state_save_failed",
         }

@@ -158,8 +158,9 @@ impl Pool {
         let saved = match read {
             Ok(saved) => saved,
             Err(why) => {
+                let kind = if why == Unusable::Missing { EventKind::StateNew } else { EventKind::StateDiscarded };
                 let msg = format!("state {shown} not resumed: {why}; starting clean");
-                st.board.events.push(now, EventKind::StateDiscarded, None, None, msg);
+                st.board.events.push(now, kind, None, None, msg);
                 return;
             }
         };
