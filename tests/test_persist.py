@@ -157,3 +157,27 @@ def test_state_arguments_are_checked(tmp_path):
     with pytest.raises(InvalidInput, match="store"):
         Pool(exits, state=tmp_path / "s.json", store="memory://persist-test")
     assert not os.path.exists(tmp_path / "s.json")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_childs_copy_of_the_pool_never_saves_over_the_parents_file(tmp_path):
+    path = tmp_path / "state.json"
+    exits = [Exit(f"e{i}", f"http://u:p@127.0.0.1:{9000 + i}") for i in range(5)]
+    pool = Pool(exits, state=path, state_interval=3600, clock=ManualClock())
+    pool.save_state()
+    before = path.read_text()
+    pid = os.fork()
+    if pid == 0:  # the child burns an exit in its copy and closes it
+        code = 1
+        try:
+            burned = pool.assign("k").exit_id
+            while pool.state(burned) != "quarantined":
+                pool.release(pool.acquire("k"), error="connect")
+            pool.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert path.read_text() == before
+    pool.close()

@@ -200,3 +200,11 @@ def test_the_scrapy_middleware_reloads_its_list_file_when_it_changes(tmp_path):
     wait_until(lambda: "exit-b" in mw.pool, "the middleware's pool to take the new list", timeout=30.0)
     mw._spider_closed(None)
     assert not watcher.is_alive()
+
+
+def test_a_plain_exit_that_becomes_a_gateway_slot_keeps_its_place_and_joins_the_gateway():
+    pool = Pool([Exit("gw-0", "http://u:p@127.0.0.1:9001"), ex(1)], clock=ManualClock(1_000_000.0))
+    gw = Gateway("gw", "http://user:pw@127.0.0.1:7000", slots=2, username="user-session-{session}")
+    assert pool.update([ex(1), gw]) == {"added": ["gw-1"], "removed": [], "changed": ["gw-0"], "unchanged": 1}
+    assert pool.snapshot()["gateways"][0]["slot_states"]["healthy"] == 2
+    assert "session-" in pool.exit("gw-0").proxy

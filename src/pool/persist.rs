@@ -18,6 +18,9 @@ use std::time::Duration;
 /// Where a pool keeps its state, and the thread that saves it at an interval.
 pub(super) struct Keeper {
     path: PathBuf,
+    /// The process that keeps the state: a forked child has a copy of the pool, diverging
+    /// from the parent's, and must not save it over the parent's file.
+    pid: u32,
     stopped: Mutex<bool>,
     wake: Condvar,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -35,7 +38,8 @@ impl Pool {
         if !(interval.is_finite() && interval > 0.0 && interval <= MAX_SETTING_SECONDS) {
             return Err(Error::setting(&["state_interval"], format!("{interval} must be a number of seconds > 0 and at most a year")));
         }
-        let keeper = Arc::new(Keeper { path, stopped: Mutex::new(false), wake: Condvar::new(), thread: Mutex::new(None) });
+        let keeper =
+            Arc::new(Keeper { path, pid: std::process::id(), stopped: Mutex::new(false), wake: Condvar::new(), thread: Mutex::new(None) });
         if self.keeper.set(keeper.clone()).is_err() {
             return Err(Error::BadInput("this pool keeps its state in a file already".into()));
         }
@@ -53,10 +57,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Saves the state now (a pool without `state=` has nothing to do). A failure is an event
-    /// too: the pool carries on and the next save tries again.
+    /// Saves the state now (a pool without `state=`, or a forked child's copy of one, has
+    /// nothing to do). A failure is an event too: the pool carries on and the next save tries
+    /// again.
     pub fn save_state(&self) -> Result<()> {
-        let Some(keeper) = self.keeper.get() else { return Ok(()) };
+        let Some(keeper) = self.keeper.get().filter(|k| k.pid == std::process::id()) else { return Ok(()) };
         let saved = self.capture();
         let r = persist::write(&keeper.path, &saved);
         if let Err(e) = &r {
@@ -72,9 +77,14 @@ impl Pool {
         let Some(keeper) = self.keeper.get() else { return Ok(()) };
         let was = std::mem::replace(&mut *keeper.stopped.lock(), true);
         keeper.wake.notify_all();
-        let thread = keeper.thread.lock().take();
-        if let Some(t) = thread.filter(|t| t.thread().id() != std::thread::current().id()) {
-            let _ = t.join();
+        match keeper.thread.lock().take() {
+            // A forked child's copy: the thread is the parent's, and joining it here would wait
+            // for a thread this process does not have.
+            Some(t) if keeper.pid != std::process::id() => std::mem::forget(t),
+            Some(t) if t.thread().id() != std::thread::current().id() => {
+                let _ = t.join();
+            }
+            _ => {}
         }
         if was {
             return Ok(());

@@ -190,12 +190,13 @@ impl State {
             if in_service {
                 self.leave_views(h)?;
             }
-            let group = w.exit.gateway.map(|link| self.group_of_gateway(link, &joined_gateways));
+            let link = w.exit.gateway;
+            let group = link.map(|link| self.group_of_gateway(link, &joined_gateways));
             self.exits[h as usize].replace(w.exit, w.token);
-            if let Some(group) = group {
-                self.board.set_group(h, group);
-            } else if self.board.group_of(h) != 0 {
-                self.board.set_group(h, 0);
+            self.board.set_group(h, group.unwrap_or(0));
+            // A slot of a gateway joining now is grouped with its other slots below.
+            if let Some(joining) = link.and_then(|l| joined_gateways.get_mut(&(l.gateway as usize))) {
+                joining.push(h);
             }
             if in_service {
                 self.join_views(h)?;
