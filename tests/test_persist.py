@@ -181,3 +181,13 @@ def test_a_forked_childs_copy_of_the_pool_never_saves_over_the_parents_file(tmp_
     assert os.WEXITSTATUS(status) == 0
     assert path.read_text() == before
     pool.close()
+
+
+def test_a_config_files_state_is_relative_to_the_file(tmp_path, monkeypatch):
+    (tmp_path / "exitpool.toml").write_text(
+        'state = "pool-state.json"\nstate_interval = 5\n[[exit]]\nproxy = "http://u:pw@127.0.0.1:9001"\n'
+    )
+    monkeypatch.chdir(tmp_path.parent)
+    pool = Pool.from_config(tmp_path / "exitpool.toml", clock=ManualClock())
+    pool.close()
+    assert json.loads((tmp_path / "pool-state.json").read_text())["exits"] == ["u@127.0.0.1:9001"]

@@ -48,6 +48,8 @@ def from_config(
         raise InvalidInput("from_config: watch_interval is for watch=True")
     name, file, exits = _read(path)
     options = file.options()
+    if "state" in options:  # relative to the file, as exits_file is
+        options["state"] = os.path.join(os.path.dirname(os.path.abspath(name)), os.path.expanduser(options["state"]))
     options.update(overrides)
     try:
         pool = cls(exits, **options)

@@ -100,7 +100,9 @@ impl Pool {
         let saved_at = now + st.unix_offset;
         let st = &*st;
         let live = |h: usize| !st.exits[h].removed;
-        let name = |s: u32| st.site_names[s as usize].to_string();
+        // Every site the board has a slot for has a name; `get` all the same, since a save
+        // must never panic.
+        let name = |s: u32| st.site_names.get(s as usize).map_or_else(String::new, |n| n.to_string());
         let mut health = Vec::new();
         let mut cooldowns = Vec::new();
         for h in (0..st.exits.len()).filter(|&h| live(h)) {
