@@ -184,7 +184,11 @@ impl State {
             done.removed.push(self.exits[h as usize].exit.id.clone());
             self.remove_slot(h, now)?;
         }
-        for (h, w) in plan.changed {
+        // Shrinking exits first: then no ring is fuller on the way than at the end, which is
+        // what `check_update_room` checked.
+        let mut changed = plan.changed;
+        changed.sort_by_key(|(h, w)| i64::from(w.exit.capacity) - i64::from(self.exits[*h as usize].exit.capacity));
+        for (h, w) in changed {
             done.changed.push(w.exit.id.clone());
             let in_service = !self.exits[h as usize].benched;
             if in_service {
