@@ -229,3 +229,18 @@ fn a_missing_corrupt_or_foreign_file_is_an_event_and_a_clean_start() {
         assert!(std::fs::read_to_string(&path).unwrap().contains("\"version\":1"));
     }
 }
+
+#[test]
+fn a_capacity_set_since_the_list_is_kept_by_a_reload_that_does_not_change_it() {
+    let clock = ManualClock::new(0.0);
+    let p = pool_at(4, &clock);
+    // Measured or set by hand since the list was read: state, which a reload keeps.
+    p.set_capacity("e0", 3).unwrap();
+    assert_eq!(p.update(members(ids(4))).unwrap().unchanged, 4);
+    assert_eq!(p.exit("e0").unwrap().capacity, 3);
+    // A list that changes the capacity changes it.
+    let mut list = members(ids(4));
+    list[0] = Member::Exit(exit("e0", "pw", 2));
+    assert_eq!(p.update(list).unwrap().changed, ["e0"]);
+    assert_eq!(p.exit("e0").unwrap().capacity, 2);
+}

@@ -111,9 +111,13 @@ impl State {
                 added.push(w);
                 continue;
             };
-            let cur = &self.exits[h as usize].exit;
+            let slot = &self.exits[h as usize];
+            let (cur, new) = (&slot.exit, &w.exit);
             let same = match (cur.gateway, w.exit.gateway) {
-                (None, None) => **cur == w.exit,
+                // Against the capacity last listed: one measured since is kept.
+                (None, None) => {
+                    (&cur.id, &cur.proxy, cur.ip, &cur.tags, slot.listed_capacity) == (&new.id, &new.proxy, new.ip, &new.tags, new.capacity)
+                }
                 // A slot of the same gateway, unchanged, in the same place: its token moves on
                 // its own schedule.
                 (Some(a), Some(b)) => a == b && new_gateway(b.gateway as usize).is_some_and(|g| **g == *self.gateways[a.gateway as usize]),
