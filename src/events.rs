@@ -44,6 +44,17 @@ pub enum EventKind {
     /// Fewer than `panic_threshold` of the exits are in service: the pool serves from all of
     /// them (`to` "panic"), or is back above it (`to` "normal").
     Panic,
+    /// `Pool::update` applied a new list of exits (or a watched list could not be read).
+    ExitsUpdated,
+    /// A watched list or config file changed but could not be read: the old list stays.
+    ExitsReloadFailed,
+    /// `state=`: the saved state was resumed; there was none yet; or it could not be used
+    /// (unreadable, corrupt, foreign) and the pool started clean.
+    StateResumed,
+    StateNew,
+    StateDiscarded,
+    /// `state=`: a save failed (the pool carries on; the next save tries again).
+    StateSaveFailed,
 }
 
 impl EventKind {
@@ -73,6 +84,12 @@ impl EventKind {
             EventKind::TokenRotated => "token_rotated",
             EventKind::StickyBroken => "sticky_broken",
             EventKind::Panic => "panic",
+            EventKind::ExitsUpdated => "exits_updated",
+            EventKind::ExitsReloadFailed => "exits_reload_failed",
+            EventKind::StateResumed => "state_resumed",
+            EventKind::StateNew => "state_new",
+            EventKind::StateDiscarded => "state_discarded",
+            EventKind::StateSaveFailed => "state_save_failed",
         }
     }
 }

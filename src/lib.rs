@@ -23,6 +23,7 @@ mod lease;
 mod mask;
 mod metrics;
 mod outcome;
+mod persist;
 mod pool;
 mod prefetch;
 mod proxy;
@@ -54,8 +55,8 @@ pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
 pub use pool::{
     after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, GatewayRecord, Grant,
-    GroupFigures, Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, SlotToken, Snapshot, SnapshotDocument, COOLING,
-    DEFAULT_MAX_KEYS, RENEW_SLACK, TOKEN_ROTATED,
+    GroupFigures, Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, SlotToken, Snapshot, SnapshotDocument, Update,
+    COOLING, DEFAULT_MAX_KEYS, RENEW_SLACK, TOKEN_ROTATED,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;

@@ -350,7 +350,7 @@ pub fn check_replicas(replicas: i128) -> Result<u32> {
 
 /// A ring of `exits` exits whose capacities (each at least 1) sum to `units` holds
 /// `units * replicas` points: refused above [`MAX_POINTS`], naming every figure.
-fn check_size(replicas: u32, exits: usize, units: u64) -> Result<()> {
+pub fn check_size(replicas: u32, exits: usize, units: u64) -> Result<()> {
     let points = units.saturating_mul(u64::from(replicas));
     if points <= MAX_POINTS {
         return Ok(());

@@ -82,7 +82,10 @@ impl Pairing {
 /// new pairing treated as one already ramping, never a lease refused for nothing.
 pub struct Pairings {
     map: HashMap<u64, Pairing, RandomState>,
-    seed: foldhash::quality::RandomState,
+    /// The hash's seed: random per pool (so an outsider cannot aim at it), and saved with the
+    /// pairings (`state=`) so that a restart finds them under the same ids.
+    seed: u64,
+    hasher: foldhash::quality::FixedState,
     max: Option<usize>,
     next_prune: f64,
 }
@@ -96,7 +99,12 @@ impl Default for Pairings {
 impl Pairings {
     /// Pairings of which at most `max` are kept (`None`: no bound beyond the horizon).
     pub fn bounded(max: Option<u32>) -> Pairings {
-        Pairings { map: HashMap::default(), seed: foldhash::quality::RandomState::default(), max: max.map(|m| m as usize), next_prune: 0.0 }
+        Pairings::seeded(max, crate::seed::random_seed())
+    }
+
+    fn seeded(max: Option<u32>, seed: u64) -> Pairings {
+        let hasher = foldhash::quality::FixedState::with_seed(seed);
+        Pairings { map: HashMap::default(), seed, hasher, max: max.map(|m| m as usize), next_prune: 0.0 }
     }
 
     /// Pairings kept now.
@@ -110,7 +118,7 @@ impl Pairings {
     /// seconds to wait.
     pub fn admit(&mut self, cfg: &WarmupConfig, key: &str, exit: u32, now: f64) -> std::result::Result<usize, f64> {
         self.prune(cfg, now, false);
-        let id = self.seed.hash_one((key, exit));
+        let id = self.hasher.hash_one((key, exit));
         match self.map.entry(id) {
             Entry::Occupied(mut known) => {
                 *known.get_mut() = Pairing::admit(Some(*known.get()), cfg, now)?;
@@ -138,6 +146,18 @@ impl Pairings {
             self.map.retain(|id, p| *id == keep || !cut.take(p.last));
         }
         before - self.map.len()
+    }
+
+    /// The seed and every pairing, for a saved state (`crate::persist`).
+    pub fn saved(&self) -> (u64, impl Iterator<Item = (u64, Pairing)> + '_) {
+        (self.seed, self.map.iter().map(|(&id, &p)| (id, p)))
+    }
+
+    /// Pairings saved before a restart under `seed`, in place of these (same bound).
+    pub fn resume(&mut self, seed: u64, saved: impl IntoIterator<Item = (u64, Pairing)>) {
+        let max = self.max.map(|m| m as u32);
+        *self = Pairings::seeded(max, seed);
+        self.map.extend(saved);
     }
 
     fn prune(&mut self, cfg: &WarmupConfig, now: f64, force: bool) {

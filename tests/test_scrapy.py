@@ -684,13 +684,14 @@ def test_configuration_from_settings(tmp_path, monkeypatch):
 
     class ConfiguredPool:
         @staticmethod
-        def from_config(p):
-            calls.append(p)
+        def from_config(p, watch=False):
+            calls.append((p, watch))
             return Pool([Exit("exit-z", "http://zed:pw-z@127.0.0.1:9009")])
 
     monkeypatch.setattr(exitpool_scrapy, "Pool", ConfiguredPool)
     mw, _ = middleware({"EXITPOOL_PROXY_LIST": None, "EXITPOOL_POOL_OPTIONS": {}, "EXITPOOL_CONFIG": "exitpool.toml"})
-    assert calls == ["exitpool.toml"] and [e.exit_id for e in mw.pool.exits] == ["exit-z"]
+    # ... and watches it (EXITPOOL_PROXY_LIST_WATCH is on by default)
+    assert calls == [("exitpool.toml", True)] and [e.exit_id for e in mw.pool.exits] == ["exit-z"]
     with pytest.raises(InvalidInput, match="config file"):
         middleware({"EXITPOOL_PROXY_LIST": None, "EXITPOOL_CONFIG": "exitpool.toml"})
 

@@ -115,6 +115,7 @@ def test_every_typeddict_is_one_the_core_fills():
         "TagGroup",
         "Event",
         "Recalibration",
+        "UpdateSummary",
     }
 
 
@@ -134,6 +135,7 @@ def test_a_local_pool_returns_what_the_stub_says():
     changes = pool.recalibrate()
     assert changes, "the scenario served identities enough for a recalibration"
     assert [m for i, c in enumerate(changes) for m in mismatches(c, _shapes.Recalibration, f"recalibrate()[{i}]", seen)] == []
+    assert mismatches(pool.update(pool.exits), _shapes.UpdateSummary, "update()", seen) == []
     assert seen == typeddicts() - {"StoreSnapshot", "FleetExit", "GatewaySnapshot"}
 
 

@@ -22,7 +22,9 @@ from ._exits import load_exits
 __all__ = ["from_config"]
 
 
-def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **overrides: Any) -> Any:
+def from_config(
+    cls: Callable[..., Any], path: Union[str, os.PathLike[str]], *, watch: bool = False, watch_interval: Any = None, **overrides: Any
+) -> Any:
     """Build ``cls(exits, **options)`` from the TOML file at ``path``.
 
     ``overrides`` are keywords of ``Pool(...)`` given in code (``clock=ManualClock()`` in tests);
@@ -31,7 +33,46 @@ def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **o
     missing or unreadable file raises ``OSError`` as ``open`` does; everything wrong inside it
     (a proxy list that cannot be read included) raises :class:`InvalidInput` naming the key and
     its line.
+
+    With ``watch=True`` the pool polls the TOML file and the proxy list it names every
+    ``watch_interval`` seconds (default 2) and applies a changed list of exits with
+    ``pool.update`` (the other settings take a restart); a file that fails to parse keeps the old
+    list and is an ``exits_reload_failed`` event. ``pool.close()`` stops the watch.
     """
+    interval = None
+    if watch:
+        from ._watch import DEFAULT_INTERVAL, check_interval
+
+        interval = check_interval(DEFAULT_INTERVAL if watch_interval is None else watch_interval)
+    elif watch_interval is not None:
+        raise InvalidInput("from_config: watch_interval is for watch=True")
+    name, file, exits = _read(path)
+    options = file.options()
+    if "state" in options:  # relative to the file, as exits_file is
+        options["state"] = os.path.join(os.path.dirname(os.path.abspath(name)), os.path.expanduser(options["state"]))
+    options.update(overrides)
+    try:
+        pool = cls(exits, **options)
+    except InvalidInput as e:
+        raise file.blame(e, list(overrides)) from None
+    except TypeError as e:
+        # The file's values are typed by the core before Pool sees them: a TypeError (an unknown
+        # keyword, a clock that is no ManualClock) is about a keyword given in code.
+        if overrides:
+            e.args = (f"{e} (in a keyword argument given in code: {', '.join(overrides)})",) + e.args[1:]
+        raise
+    if interval is not None:
+        from ._watch import watch as start_watch
+
+        paths = [os.path.abspath(name)]
+        if file.exits_file is not None:
+            paths.append(os.path.join(os.path.dirname(paths[0]), os.path.expanduser(file.exits_file)))
+        start_watch(pool, name, paths, lambda: _read(paths[0])[2], interval)
+    return pool
+
+
+def _read(path: Union[str, os.PathLike[str]]) -> tuple[str, _ConfigFile, List[Union[Exit, Gateway]]]:
+    """The file's name as messages show it, the parsed file, and its exits."""
     fspath = os.fspath(path)
     name = fspath if isinstance(fspath, str) else os.fsdecode(fspath)
     try:
@@ -49,18 +90,7 @@ def from_config(cls: Callable[..., Any], path: Union[str, os.PathLike[str]], **o
         except _ListError as e:
             raise file.error(["exits_file"], str(e)) from None
     exits: List[Union[Exit, Gateway]] = file.exits(listed)
-    options = file.options()
-    options.update(overrides)
-    try:
-        return cls(exits, **options)
-    except InvalidInput as e:
-        raise file.blame(e, list(overrides)) from None
-    except TypeError as e:
-        # The file's values are typed by the core before Pool sees them: a TypeError (an unknown
-        # keyword, a clock that is no ManualClock) is about a keyword given in code.
-        if overrides:
-            e.args = (f"{e} (in a keyword argument given in code: {', '.join(overrides)})",) + e.args[1:]
-        raise
+    return name, file, exits
 
 
 class _ListError(Exception):

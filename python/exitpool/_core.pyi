@@ -323,7 +323,9 @@ class Pool:
     ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
     ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
     next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
-    leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``.
+    leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``. ``state`` (a
+    path; in-process pools only) resumes health, cooldowns, warm-up pairings and sessions from
+    that file and saves them there every ``state_interval`` seconds and on ``close()``.
     """
 
     def __new__(
@@ -346,13 +348,28 @@ class Pool:
         calibrate: bool = False,
         store: Optional[str] = None,
         namespace: str = "exitpool",
+        state: Union[None, str, os.PathLike[str]] = None,
+        state_interval: float = 30.0,
     ) -> Pool: ...
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], **overrides: Any) -> Pool:
         """A pool from a TOML file: ``Pool(...)``'s keywords at the top level, exits from
         ``exits_file`` (relative to the file) and ``[[exit]]`` tables. Mistakes raise
         :class:`InvalidInput` naming the key and its line. ``overrides`` (keywords of
-        ``Pool(...)`` given in code, such as ``clock``) win over the file."""
+        ``Pool(...)`` given in code, such as ``clock``) win over the file. ``watch=True``
+        (with ``watch_interval=`` seconds, default 2) applies a changed file's exits with
+        ``update``."""
+    def update(self, exits: Iterable[Union[Exit, Gateway]]) -> UpdateSummary:
+        """Applies a new list as a difference: unchanged exits keep every state, changed ones
+        (same id) keep theirs and lease with the new URL, new ones join, missing ones drain.
+        Bad input changes nothing. On the whole pool only (subsets follow)."""
+    def save_state(self) -> None:
+        """Saves the state now (``state=``); nothing to do without it."""
+    def close(self) -> None:
+        """Stops watching files and saving at an interval, and saves the state once more. The
+        pool still serves; a second call does nothing."""
+    def _on_close(self, callback: Callable[[], Any]) -> None: ...
+    def _reload_failed(self, source: str, why: str) -> None: ...
     @property
     def store(self) -> Optional[str]:
         """The shared store's URL (credentials masked), or None for a pool of its own."""

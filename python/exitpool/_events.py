@@ -27,6 +27,9 @@ _WARNING_KINDS = frozenset(
         "gateway_credentials_rejected",
         "sticky_broken",
         "panic",
+        "exits_reload_failed",
+        "state_discarded",
+        "state_save_failed",
     }
 )
 

@@ -30,6 +30,7 @@ __all__ = [
     "Snapshot",
     "StoreSnapshot",
     "TagGroup",
+    "UpdateSummary",
     "Waits",
 ]
 
@@ -276,7 +277,8 @@ Event = TypedDict(
         # global_incident_opened, global_incident_closed, session_lost, lease_expired,
         # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
         # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted, gateway_down,
-        # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken, panic
+        # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken, panic, exits_updated,
+        # exits_reload_failed, state_resumed, state_new, state_discarded, state_save_failed
         "kind": str,
         "exit_id": Optional[str],
         "site": Optional[str],
@@ -293,3 +295,13 @@ class Recalibration(TypedDict):
     new: int
     served: int
     safe: int
+
+
+class UpdateSummary(TypedDict):
+    """What ``Pool.update`` did: exit ids added, removed (draining) and changed, each sorted,
+    and how many exits stayed as they were."""
+
+    added: List[str]
+    removed: List[str]
+    changed: List[str]
+    unchanged: int

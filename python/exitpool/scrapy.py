@@ -3,7 +3,7 @@
 ``settings.py``::
 
     DOWNLOADER_MIDDLEWARES = {"exitpool.scrapy.ExitPoolMiddleware": 610}
-    EXITPOOL_PROXY_LIST_PATH = "proxies.txt"        # or EXITPOOL_PROXY_LIST = [...]
+    EXITPOOL_PROXY_LIST_PATH = "proxies.txt"        # or EXITPOOL_PROXY_LIST = [...]; reloaded on change
     EXITPOOL_POOL_OPTIONS = {"strategy": "weighted", "max_leases": 4}
 
 and ``yield scrapy.Request(url, meta={"exitpool_key": "account-3f9"})`` for a request that must
@@ -189,6 +189,7 @@ class ExitPoolMiddleware:
         self._shared: Dict[str, bool] = {}
         self._closing = False
         self._closer: Any = None
+        self._owns_pool = False
 
     # -- construction
 
@@ -206,12 +207,14 @@ class ExitPoolMiddleware:
         if len(given) > 1:
             raise InvalidInput(f"exitpool: set one of {' and '.join(given)}, not both")
         options = dict(s.getdict("EXITPOOL_POOL_OPTIONS"))
+        # A list file (or config) that changes during a crawl is applied with pool.update.
+        watch = s.getbool("EXITPOOL_PROXY_LIST_WATCH", True)
         if config:
             if options:
                 raise InvalidInput("exitpool: with EXITPOOL_CONFIG, put the pool options in the config file")
-            pool = Pool.from_config(config)  # type: ignore[attr-defined]
+            pool = Pool.from_config(config, watch=watch)  # type: ignore[attr-defined]
         else:
-            exits = load_exits(path if path else _lines(lines))
+            exits = load_exits(path, watch=watch) if path else load_exits(_lines(lines))
             if not exits:
                 raise InvalidInput(f"exitpool: {'EXITPOOL_PROXY_LIST_PATH ' + str(path) if path else 'EXITPOOL_PROXY_LIST'} holds no exit")
             options.setdefault("lease_ttl", default_lease_ttl(s))
@@ -233,6 +236,7 @@ class ExitPoolMiddleware:
         )
         crawler.signals.connect(mw._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw._spider_closed, signal=signals.spider_closed)
+        mw._owns_pool = True
         return mw
 
     # -- the three hooks
@@ -608,6 +612,8 @@ class ExitPoolMiddleware:
             figures = self.pool.snapshot()["pool"]
             for state, n in figures["states"].items():
                 stats.set_value(f"exitpool/exits/{state}", n)
+        if self._owns_pool:
+            self.pool.close()  # stops the list's watch (and saves state=, if set)
 
     def _inc(self, name: str, n: int = 1) -> None:
         stats = getattr(self.crawler, "stats", None)

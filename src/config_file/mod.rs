@@ -135,6 +135,10 @@ pub struct Settings {
     pub calibrate: Option<bool>,
     pub store: Option<String>,
     pub namespace: Option<String>,
+    /// `Pool(state=...)`: relative to the file, as `exits_file` is.
+    #[serde(default, deserialize_with = "path_text")]
+    pub state: Option<String>,
+    pub state_interval: Option<f64>,
     #[serde(default, deserialize_with = "path_text")]
     pub exits_file: Option<String>,
     #[serde(default, deserialize_with = "exit_tables")]

@@ -439,12 +439,7 @@ impl HealthBoard {
             self.trial_successes += 1;
         }
         if report.outcome == Outcome::RateLimited {
-            self.ensure_site(site);
-            let sh = &mut self.sites[site as usize];
-            if sh.cool_until.len() <= hu {
-                sh.cool_until.resize(hu + 1, f64::NEG_INFINITY);
-            }
-            sh.cool_until[hu] = now + self.cfg.cooling(report.retry_after);
+            self.cool(h, site, now + self.cfg.cooling(report.retry_after));
         }
         let threshold = self.incident_threshold(in_service);
 
@@ -717,6 +712,39 @@ impl HealthBoard {
         self.recent[h as usize] = Recent::default();
         self.refresh(h);
         self.judge_panic(now);
+    }
+
+    /// A breaker saved before a restart, put back: its state through [`HealthBoard::impose`]
+    /// (so the board's counts and schedule follow; a quarantine ends `hold` seconds from
+    /// now), then its history (ejections not yet forgiven, failed returns).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resume(&mut self, h: u32, site: Option<u32>, to: State, hold: f64, repeats: u32, failed_returns: u32, now: f64) {
+        self.impose(h, site, to, hold, now, Reason::Resumed);
+        let b = match site {
+            None => &mut self.tunnel[h as usize],
+            Some(s) => &mut self.sites[s as usize].breakers[h as usize],
+        };
+        b.resume_history(repeats, failed_returns);
+    }
+
+    /// Site slots on the board (0 is "no site"), for walking every site breaker.
+    pub fn site_slots(&self) -> u32 {
+        self.sites.len() as u32
+    }
+
+    /// Until when exit `h` rests for `site` after a 429, if it was told to.
+    pub fn cooling_until(&self, h: u32, site: u32) -> Option<f64> {
+        self.sites.get(site as usize)?.cool_until.get(h as usize).copied().filter(|t| t.is_finite())
+    }
+
+    /// Has exit `h` rest for `site` until `until` (a cooldown saved before a restart).
+    pub fn cool(&mut self, h: u32, site: u32, until: f64) {
+        self.ensure_site(site);
+        let sh = &mut self.sites[site as usize];
+        if sh.cool_until.len() <= h as usize {
+            sh.cool_until.resize(h as usize + 1, f64::NEG_INFINITY);
+        }
+        sh.cool_until[h as usize] = until;
     }
 
     pub fn tunnel_breaker(&self, h: u32) -> &Breaker {

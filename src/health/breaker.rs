@@ -97,6 +97,17 @@ impl Breaker {
     pub fn trials_out(&self) -> u32 {
         self.trials_out
     }
+    /// Returns that have failed in a row (while probing): `dead_after` of them is death.
+    pub fn failed_returns(&self) -> u32 {
+        self.failed_returns
+    }
+
+    /// The history a restart must not forget (`crate::persist`), put back after the state
+    /// itself was imposed: the next ejection's backoff grows from `repeats` as it would have.
+    pub(super) fn resume_history(&mut self, repeats: u32, failed_returns: u32) {
+        self.repeats = repeats;
+        self.failed_returns = failed_returns;
+    }
     /// Whether recent failures, of the exit or of the site, mark this exit as failing its
     /// site (for incidents): as much accumulated evidence as it takes to degrade. An exit
     /// out of service is out, not failing: the failures of the leases a panic still sends

@@ -119,6 +119,8 @@ pub enum Reason {
     /// The failures that moved it were its gateway's (its exit group's breaker opened on
     /// them): withdrawn, so that the gateway's slots come back together.
     GatewayFault,
+    /// Put back from the state a pool saved before a restart (`state=`).
+    Resumed,
 }
 
 impl Reason {
@@ -142,6 +144,7 @@ impl Reason {
             Reason::FleetCapRefused => {
                 "ejection refused by the fleet-wide cap (other workers' ejections count): reduced weight instead".to_owned()
             }
+            Reason::Resumed => "resumed from the state saved before a restart".to_owned(),
             Reason::GatewayFault => "its connection failures were its gateway's, not its own: withdrawn".to_owned(),
         }
     }

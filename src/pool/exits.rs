@@ -2,7 +2,7 @@
 //! and their health by name.
 
 use super::snapshot::shown_state;
-use super::{ExitSlot, Pool};
+use super::Pool;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::exit::Exit;
@@ -49,48 +49,26 @@ impl Pool {
         crate::exit::validate_capacity(exit.capacity.into())?;
         // An exit taken from a gateway elsewhere is a plain exit here: its token stays.
         let exit = Exit { gateway: None, ..exit };
+        let now = self.clock.now();
         let mut st = self.state.lock();
-        if st.by_id.get(&exit.id).is_none_or(|&h| st.exits[h as usize].removed) {
-            st.check_room(&exit)?;
+        if st.handle(&exit.id).is_ok() {
+            return Err(Error::DuplicateExit(exit.id));
         }
-        let h = match st.by_id.get(&exit.id).copied() {
-            Some(h) if !st.exits[h as usize].removed => return Err(Error::DuplicateExit(exit.id)),
-            Some(h) => {
-                // The same id again: the same slot, so its history and pairings carry over;
-                // its health starts afresh.
-                let slot = &mut st.exits[h as usize];
-                slot.rejoin(exit);
-                slot.removed = false;
-                slot.benched = false;
-                let now = self.clock.now();
-                st.board.forget(h, now);
-                h
-            }
-            None => {
-                let h = st.exits.len() as u32;
-                st.board.ensure_exit(h, self.clock.now());
-                st.by_id.insert(exit.id.clone(), h);
-                st.exits.push(ExitSlot::new(exit));
-                h
-            }
-        };
-        st.join_views(h, self.clock.now())
+        st.check_room(&exit)?;
+        // The same id as a removed exit: the same slot, so its history and pairings carry
+        // over; its health starts afresh.
+        let h = st.add_slot(exit, None, now);
+        st.join_views(h, now)
     }
 
     /// Takes an exit out for good. Live sessions on it get `SessionExitLost` at their next
     /// lease; live leases may still be released.
     pub fn remove(&self, exit_id: &str) -> Result<Arc<Exit>> {
+        let now = self.clock.now();
         let mut st = self.state.lock();
         let h = st.handle(exit_id)?;
-        if !st.exits[h as usize].benched {
-            st.leave_views(h, self.clock.now())?;
-        }
-        let now = self.clock.now();
-        st.board.forget(h, now);
-        let slot = &mut st.exits[h as usize];
-        slot.removed = true;
-        slot.benched = false;
-        Ok(slot.exit.clone())
+        st.remove_slot(h, now)?;
+        Ok(st.exits[h as usize].exit.clone())
     }
 
     /// Changes one exit's weight; only its own arcs move.
@@ -130,26 +108,8 @@ impl Pool {
         for slot in 0..gateway.slots {
             let generation = gateway.generation(slot, unix);
             let rotates_at = gateway.rotates_at(slot, generation) - st.unix_offset;
-            let fresh = ExitSlot::for_gateway(gateway.slot_exit(slot, generation, index), generation, rotates_at);
-            let h = match st.by_id.get(&fresh.exit.id).copied() {
-                // A removed exit's id: its slot, history and pairings carry over, health afresh.
-                Some(h) => {
-                    let old = &mut st.exits[h as usize];
-                    old.rejoin((*fresh.exit).clone());
-                    (old.generation, old.rotates_at) = (generation, rotates_at);
-                    old.removed = false;
-                    old.benched = false;
-                    st.board.forget(h, now);
-                    h
-                }
-                None => {
-                    let h = st.exits.len() as u32;
-                    st.board.ensure_exit(h, now);
-                    st.by_id.insert(fresh.exit.id.clone(), h);
-                    st.exits.push(fresh);
-                    h
-                }
-            };
+            // A removed exit's id: its slot, history and pairings carry over, health afresh.
+            let h = st.add_slot(gateway.slot_exit(slot, generation, index), Some((generation, rotates_at)), now);
             handles.push(h);
         }
         st.gateways.push(Arc::new(gateway));

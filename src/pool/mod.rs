@@ -24,8 +24,10 @@ mod fleet;
 mod fork;
 mod grant;
 mod members;
+mod persist;
 mod snapshot;
 mod state;
+mod update;
 
 pub use calibrate::Recalibration;
 pub use config::{check_max_keys, check_max_leases, Config, DEFAULT_MAX_KEYS};
@@ -36,6 +38,7 @@ pub use grant::{Choice, Counts, Grant, Refusal, TOKEN_ROTATED};
 pub use snapshot::{
     Cell, EventRecord, ExitRecord, GatewayRecord, GroupFigures, PoolFigures, Selection, SiteRecord, SlotToken, Snapshot, COOLING,
 };
+pub use update::Update;
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -106,6 +109,8 @@ pub struct Pool {
     clock: Arc<dyn Clock>,
     events_published: Arc<std::sync::atomic::AtomicU64>,
     fleet: Option<FleetLink>,
+    /// Where the pool keeps its state (`state=`), if it does.
+    keeper: persist::KeeperSlot,
 }
 
 impl Pool {
@@ -172,7 +177,7 @@ impl Pool {
         }
         state.view(Vec::new())?;
         let events_published = state.board.events.published();
-        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, fleet: None })
+        Ok(Pool { state: Mutex::new(state), freed: Condvar::new(), clock, events_published, fleet: None, keeper: Default::default() })
     }
 
     /// A pool that shares leases, sessions, pairings, health verdicts and counters with every

@@ -47,6 +47,9 @@ pub(super) struct ExitSlot {
     pub(super) identities: HashMap<u64, (f64, bool)>,
     /// The IP a probe saw through the current token: the one later probes expect.
     pub(super) learned_ip: Option<std::net::IpAddr>,
+    /// The capacity the exit's list gave it: `Pool::update` compares a new list with this, so
+    /// that a capacity measured since (`recalibrate`) is state a reload keeps, not a change.
+    pub(super) listed_capacity: u32,
 }
 
 // The lease count shares the first line with the fields above it.
@@ -57,6 +60,7 @@ impl ExitSlot {
     pub(super) fn new(exit: Exit) -> ExitSlot {
         ExitSlot {
             capacity: exit.capacity,
+            listed_capacity: exit.capacity,
             exit: Arc::new(exit),
             identities: HashMap::new(),
             active: 0,
@@ -75,12 +79,18 @@ impl ExitSlot {
         ExitSlot { generation, rotates_at, ..ExitSlot::new(exit) }
     }
 
-    /// Puts a plain exit where a removed one was: no token, nothing learned.
-    pub(super) fn rejoin(&mut self, exit: Exit) {
+    /// Puts `exit` in this slot: a plain exit (`token` None: no token) or a gateway slot's
+    /// exit in token generation `token.0`, rotating at `token.1` (pool clock). An IP learned
+    /// through the old token or proxy is forgotten.
+    pub(super) fn replace(&mut self, exit: Exit, token: Option<(u64, f64)>) {
+        let (generation, rotates_at) = token.unwrap_or((0, f64::INFINITY));
+        if generation != self.generation || exit.proxy != self.exit.proxy {
+            self.learned_ip = None;
+        }
+        self.listed_capacity = exit.capacity;
         self.set_exit(exit);
-        self.rotates_at = f64::INFINITY;
-        self.generation = 0;
-        self.learned_ip = None;
+        self.rotates_at = rotates_at;
+        self.generation = generation;
     }
 
     pub(super) fn set_exit(&mut self, exit: Exit) {

@@ -241,7 +241,9 @@ impl PyConfigFile {
             cooldown,
             calibrate,
             store,
-            namespace
+            namespace,
+            state,
+            state_interval
         );
         if let Some(w) = &s.warmup {
             match w {

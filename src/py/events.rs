@@ -13,6 +13,8 @@ use pyo3::types::PyList;
 pub(super) struct Dispatch {
     listeners: Mutex<Vec<Py<PyAny>>>,
     delivered: Delivered,
+    /// What `pool.close()` stops besides the core (file watchers), for every view alike.
+    closers: Mutex<Vec<Py<PyAny>>>,
 }
 
 impl Dispatch {
@@ -28,6 +30,16 @@ impl Dispatch {
     /// `pool.on_event(callback)`: the callback hears every event from the next delivery on.
     pub(super) fn listen(&self, py: Python<'_>, callback: &Py<PyAny>) {
         self.listeners.lock().push(callback.clone_ref(py));
+    }
+
+    pub(super) fn on_close(&self, py: Python<'_>, callback: Py<PyAny>) {
+        let _ = py;
+        self.closers.lock().push(callback);
+    }
+
+    /// The closers registered so far, taken: `close` runs each once.
+    pub(super) fn closers(&self, _py: Python<'_>) -> Vec<Py<PyAny>> {
+        std::mem::take(&mut *self.closers.lock())
     }
 
     /// Delivers events `from..to`, the range this caller claimed.

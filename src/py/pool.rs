@@ -20,7 +20,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyType};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-#[pyclass(name = "Pool", module = "exitpool", frozen)]
+#[pyclass(name = "Pool", module = "exitpool", frozen, weakref)]
 pub struct PyPool {
     handle: Arc<PoolHandle>,
 }
@@ -134,6 +134,22 @@ impl KeyBound {
     }
 }
 
+/// `state=` as a path: a str or an `os.PathLike`; anything else is bad input naming it.
+fn state_path(py: Python<'_>, state: Option<&Bound<'_, PyAny>>) -> PyResult<Option<std::path::PathBuf>> {
+    match state {
+        Some(s) if !s.is_none() => s.extract::<std::path::PathBuf>().map(Some).map_err(|_| {
+            invalid_input(
+                py,
+                format!(
+                    "state must be a path (str or os.PathLike), got {}",
+                    s.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ),
+            )
+        }),
+        _ => Ok(None),
+    }
+}
+
 fn timeout_of(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<f64>> {
     timeout.map(|t| crate::clock::check_wait("timeout", t)).transpose().py_err(py)
 }
@@ -146,12 +162,12 @@ impl PyPool {
     #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=Float(900.0), lease_ttl=Float(120.0),
                         max_leases=None, balance_factor=None, warmup=None, max_sessions=KeyBound::Default,
                         max_pairings=KeyBound::Default, clock=None, seed=None, cooldown=Float(8.0),
-                        health=None, calibrate=false, store=None, namespace=None),
-           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, max_sessions=1000000, max_pairings=1000000, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\")")]
+                        health=None, calibrate=false, store=None, namespace=None, state=None, state_interval=Float(30.0)),
+           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, max_sessions=1000000, max_pairings=1000000, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\", state=None, state_interval=30.0)")]
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        exits: &Bound<'_, PyAny>,
+    fn new<'py>(
+        py: Python<'py>,
+        exits: &Bound<'py, PyAny>,
         strategy: Option<&Bound<'_, PyString>>,
         replicas: Option<&Bound<'_, PyAny>>,
         session_ttl: Float,
@@ -168,7 +184,10 @@ impl PyPool {
         calibrate: bool,
         store: Option<&Bound<'_, PyString>>,
         namespace: Option<&Bound<'_, PyString>>,
-    ) -> PyResult<PyPool> {
+        state: Option<&Bound<'_, PyAny>>,
+        state_interval: Float,
+    ) -> PyResult<Bound<'py, PyPool>> {
+        let state = state_path(py, state)?;
         let max_leases = match max_leases {
             Some(m) if !m.is_none() => Some(judged_int(py, m, "max_leases", crate::pool::check_max_leases)?),
             _ => None,
@@ -207,7 +226,8 @@ impl PyPool {
             Some(c) => Arc::new(c.get().inner.clone()),
             None => Arc::new(SystemClock::new()),
         };
-        let exits = extract_exits(py, exits)?;
+        let watch = exits.getattr_opt(pyo3::intern!(py, "_exitpool_watch"))?;
+        let members = extract_exits(py, exits)?;
         let store = match store {
             None => None,
             Some(url) => {
@@ -217,11 +237,22 @@ impl PyPool {
         };
         let core = py
             .detach(move || match store {
-                None => Pool::of(exits, cfg, clock),
-                Some(store) => Pool::of_with_store(exits, cfg, clock, store),
+                None => Pool::of(members, cfg, clock),
+                Some(store) => Pool::of_with_store(members, cfg, clock, store),
             })
-            .py_err(py)?;
-        Ok(PyPool::new_view(core.into_arc(), 0, "the pool".into(), Arc::default()))
+            .py_err(py)?
+            .into_arc();
+        if let Some(path) = state {
+            py.detach(|| core.keep_state(path, state_interval.0)).py_err(py)?;
+        }
+        let pool = Bound::new(py, PyPool::new_view(core, 0, "the pool".into(), Arc::default()))?;
+        pool.get().dispatch.deliver(py, &pool.get().core);
+        // A list from `load_exits(path, watch=True)`: the pool watches its file (holding a
+        // weak reference to this very object, so `new` returns it rather than a value).
+        if let Some(watch) = watch {
+            watch.call1((&pool,))?;
+        }
+        Ok(pool)
     }
 
     /// A pool built from a TOML file: the core parses and checks it (`_ConfigFile`);
@@ -349,6 +380,53 @@ impl PyPool {
             )
         })?;
         self.core.add((*exit.get().inner).clone()).py_err(py)
+    }
+
+    /// Applies a new list of exits and gateways as a difference: unchanged exits keep every
+    /// state, changed ones (same id) keep theirs with the new URL, new ones join, missing ones
+    /// drain. Returns what changed; bad input changes nothing.
+    fn update<'py>(&self, py: Python<'py>, exits: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        if self.view != 0 {
+            // A subset's list is not the pool's: applying it would drain every other exit.
+            return Err(invalid_input(
+                py,
+                format!("update applies a list to the whole pool: call it on the pool, not on {} (subsets follow)", self.what),
+            ));
+        }
+        let members = extract_exits(py, exits)?;
+        let done = py.detach(|| self.core.update(members)).py_err(py)?;
+        self.dispatch.deliver(py, &self.core);
+        Ok(pythonize::pythonize(py, &done)?.cast_into::<PyDict>()?)
+    }
+
+    /// Saves the state now (`state=`); a pool without `state=` has nothing to save.
+    fn save_state(&self, py: Python<'_>) -> PyResult<()> {
+        let r = py.detach(|| self.core.save_state());
+        self.dispatch.deliver(py, &self.core);
+        r.py_err(py)
+    }
+
+    /// Stops watching files and saving at an interval, and saves the state one last time.
+    /// The pool still serves after it; calling it again does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        for closer in self.dispatch.closers(py) {
+            closer.call0(py)?;
+        }
+        let r = py.detach(|| self.core.close());
+        self.dispatch.deliver(py, &self.core);
+        r.py_err(py)
+    }
+
+    /// Registers what `close` stops (a file watcher's thread).
+    fn _on_close(&self, py: Python<'_>, callback: Py<PyAny>) {
+        self.dispatch.on_close(py, callback);
+    }
+
+    /// A watched file changed but could not be read: an event; the exits stay as they are.
+    fn _reload_failed(&self, py: Python<'_>, source: &Bound<'_, PyString>, why: &Bound<'_, PyString>) -> PyResult<()> {
+        self.core.reload_failed(&text(source, "source")?, &text(why, "why")?);
+        self.dispatch.deliver(py, &self.core);
+        Ok(())
     }
 
     /// Removes an exit for good and returns it. Live sessions on it get `SessionExitLost`.
