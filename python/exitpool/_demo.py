@@ -143,10 +143,15 @@ def run(duration: float, *, plain: bool, out: Any, snapshot_path: Optional[str] 
         return t
 
     with Live(render(), console=console, refresh_per_second=4) as live:
+        shown = [0.0]
 
         def progress(o: Outcome) -> None:
+            # Four renders a second at most: a row reads the whole request log.
             current[o.name] = o
-            live.update(render())
+            now = time.monotonic()
+            if now - shown[0] >= 0.25:
+                shown[0] = now
+                live.update(render())
 
         for kind in KINDS:
             results[kind], snap = _one(kind, duration, progress, snapshot_path)

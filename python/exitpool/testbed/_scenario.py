@@ -11,6 +11,7 @@ Its own module because it drives a :class:`Testbed` from outside, as a user's su
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import dataclasses
 import random
@@ -134,16 +135,23 @@ class Scenario:
         return [e for e in self.exit_ids if e not in self.bad() and e != self.removed]
 
     def capacity(self, duration: float) -> float:
-        """A hard ceiling on the successes of any policy in a run of ``duration`` seconds: the
-        site's bucket lets each IP through ``burst`` plus ``rate`` a second, and only while its
-        exit serves (a dead exit from ``die_at``, a burned or flagged one never). The oracle
-        stays below it: sticky accounts cannot always be where the budget is."""
+        """A hard ceiling on the successes of any policy in a run of ``duration`` seconds. The
+        site's bucket lets an IP through ``burst`` at once and ``rate`` a second after that,
+        only while its exit serves (a dead exit until ``die_at``, a burned or flagged one
+        never), and nothing during the incident, after which the bucket is at most full again
+        (whichever of the two counts, with or without the incident, is lower).
+        The script's events land a little late: a tenth of a second of each exit's rate is
+        allowed for it. The oracle stays below the ceiling: sticky accounts cannot always be
+        where the budget is."""
+        a, b = (s * duration for s in self.incident)
         total = 0.0
         for e in self.exit_ids:
             if e in self.burned or e in self.flagged:
                 continue
-            serves = self.die_at * duration if e in self.dead else duration
-            total += self.burst + self.rate * serves
+            end = self.die_at * duration if e in self.dead else duration
+            stretches = [(0.0, min(end, a)), (b, end)]
+            around_incident = sum(self.burst + self.rate * (hi - lo) for lo, hi in stretches if hi > lo)
+            total += min(self.burst + self.rate * end, around_incident) + self.rate * 0.1
         return total
 
     # -- running it
@@ -219,15 +227,21 @@ class Outcome:
     ``ok``, ``captcha``, ``challenge``, ``429``, ``ban`` (403 for an IP the site banned during
     the run), ``burned`` (403 for an exit banned from the start), ``incident`` (503), ``dead
     exit`` (a connection error through an exit that is dead), ``error`` (any other failure).
-    ``refusals`` counts the policy's holds by cause."""
+    ``refusals`` counts the policy's holds by cause, ``holds`` has one ``(second, cause)`` each."""
 
     name: str
     scenario: Scenario
     duration: float
     log: List[List[Any]] = field(default_factory=list)
     refusals: collections.Counter = field(default_factory=collections.Counter)
+    holds: List[Tuple[float, str]] = field(default_factory=list)
     into_dead: int = 0
     extra: Dict[str, Any] = field(default_factory=dict)
+
+    def hold(self, at: float, cause: str) -> None:
+        """The policy did not send at second ``at``, for ``cause``."""
+        self.refusals[cause] += 1
+        self.holds.append((at, cause))
 
     @property
     def sent(self) -> int:
@@ -280,9 +294,9 @@ class Outcome:
         step = min(0.05, width / 4)
         t = b
         while t + width <= self.duration:
-            window = [x for x in times if t <= x < t + width]
-            if window and len(window) >= need:
-                return max(window[0], b) - b
+            first, end = bisect.bisect_left(times, t), bisect.bisect_left(times, t + width)
+            if end > first and end - first >= need:
+                return max(times[first], b) - b
             t += step
         return None
 
@@ -345,6 +359,16 @@ def _classify(status: int, body: str, headers: Any) -> str:
     return {200: "ok", 429: "429", 403: "ban", 503: "incident"}.get(status, "error")
 
 
+def _cooling_cause(message: str) -> str:
+    """Which rule of the pool refused: its message names it (measurement only: an unknown
+    wording counts as plain cooling)."""
+    if "incident" in message:
+        return "cooling: site incident"
+    if "(429)" in message:
+        return "cooling: 429"
+    return "cooling"
+
+
 def _retry_after(headers: Any) -> Optional[float]:
     value = headers.get("Retry-After")
     return float(value) if value and value.isdigit() else None
@@ -386,17 +410,17 @@ async def _worker(
                     raise  # the lease records the failure from the exception
         except Hold as h:
             if h.cause:
-                outcome.refusals[h.cause] += 1
+                outcome.hold(live.now(), h.cause)
             logins += h.ends_session
             await asyncio.sleep(h.wait)
-        except Cooling:
-            outcome.refusals["cooling"] += 1
+        except Cooling as e:
+            outcome.hold(live.now(), _cooling_cause(str(e)))
             await asyncio.sleep(0.2)
         except WarmingUp:
-            outcome.refusals["warming up"] += 1
+            outcome.hold(live.now(), "warming up")
             await asyncio.sleep(0.2)
         except NoExitAvailable:
-            outcome.refusals["no exit available"] += 1
+            outcome.hold(live.now(), "no exit available")
             await asyncio.sleep(0.2)
         except (aiohttp.ClientError, asyncio.TimeoutError):
             pass
@@ -565,30 +589,30 @@ class Oracle:
     burned or flagged exit, nor one about to die or leave the pool; it spreads accounts evenly
     over the exits that serve and, when an account's exit is about to go, ends its session (the
     account logs in again elsewhere: one verification challenge, as for anyone who moves it);
-    it paces every exit to the site's per-IP limit, burst included (a GCRA on the site's own
-    bucket, less ``JITTER`` seconds for requests that reach the site late), so it never meets
-    a 429; and it holds every request during the incident. A held request waits for its slot
-    (the worker's time passes, as it would for anyone), so the workload and the time budget
-    are the same as any other policy's."""
+    it paces every exit to the site's per-IP limit, burst included: it reads the site's bucket
+    for the exit's IP and sends only while a token is left for the request after those already
+    on their way, so it never meets a 429, however late a request reaches the site; and it
+    holds every request during the incident. A held request waits for its slot (the worker's
+    time passes, as it would for anyone), so the workload and the time budget are the same as
+    any other policy's."""
 
     name = "oracle"
 
-    # Seconds kept clear before the world's events, for a request already on its way.
-    MARGIN = 0.05
-    # Seconds of the site's burst left unused: requests that leave on time may reach the site
-    # unevenly on a loaded machine, and one 429 too many is a ban in a tight world.
-    JITTER = 0.1
+    # Seconds kept clear before the world's events, for a request still on its way on a loaded
+    # machine. Nearly free: the site's bucket fills up while the oracle holds.
+    MARGIN = 0.2
 
     def __init__(self) -> None:
         self._live: Optional[Live] = None
-        self._tat: Dict[str, float] = {}
+        self._ips: Dict[str, str] = {}
+        self._in_flight: collections.Counter = collections.Counter()
         self._home: Dict[str, str] = {}
         self._proxies: Dict[str, str] = {}
 
     async def start(self, live: Live) -> None:
         self._live = live
         self._proxies = {e.exit_id: e.proxy for e in live.exits}
-        self._tat = {e: 0.0 for e in self._proxies}
+        self._ips = {p.name: p.source_ip for p in live.testbed.proxies}
 
     def _usable(self, exit_id: str, at: float) -> bool:
         """Whether ``exit_id`` serves a request sent at second ``at``."""
@@ -628,16 +652,12 @@ class Oracle:
         return home
 
     def _slot(self, exit_id: str, now: float) -> float:
-        """The earliest second ``exit_id`` may send without a 429 (GCRA on the site's rate and
-        burst)."""
-        sc = self._live.scenario  # type: ignore[union-attr]
-        interval = 1.0 / sc.rate
-        tolerance = max(0.0, (sc.burst - 1.0) * interval - self.JITTER)
-        return max(now, self._tat[exit_id] - tolerance)
-
-    def _take(self, exit_id: str, at: float) -> None:
-        interval = 1.0 / self._live.scenario.rate  # type: ignore[union-attr]
-        self._tat[exit_id] = max(self._tat[exit_id], at) + interval
+        """The earliest second ``exit_id`` may send without a 429: a token left in the site's
+        bucket for its IP after the requests already on their way."""
+        live = self._live
+        assert live is not None
+        short = 1.0 + self._in_flight[exit_id] - live.testbed.site.tokens(self._ips[exit_id])
+        return now if short <= 0 else now + short / live.scenario.rate
 
     def _clear_of_incident(self, at: float) -> float:
         a, b = self._live.incident_window()  # type: ignore[union-attr]
@@ -669,9 +689,12 @@ class Oracle:
                 raise Hold("", max(0.0, live.duration - now))  # the run ends first: not a refusal
             if at <= now and not live.in_incident():
                 break
-            await asyncio.sleep(max(0.01, at - now))
-        self._take(exit_id, live.now())
-        yield _Pick(exit_id, self._proxies[exit_id])
+            await asyncio.sleep(min(max(0.01, at - now), 1.0))
+        self._in_flight[exit_id] += 1
+        try:
+            yield _Pick(exit_id, self._proxies[exit_id])
+        finally:
+            self._in_flight[exit_id] -= 1
 
     def finish(self, outcome: Outcome) -> None:
         outcome.extra["false quarantines"] = 0
