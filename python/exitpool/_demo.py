@@ -156,4 +156,6 @@ def run(duration: float, *, plain: bool, out: Any, snapshot_path: Optional[str] 
         for kind in KINDS:
             results[kind], snap = _one(kind, duration, progress, snapshot_path)
             snapshot = snap or snapshot
+            current[kind] = results[kind]
+            live.update(render())  # the run's last figures, whatever the throttle skipped
     return results, snapshot
