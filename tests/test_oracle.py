@@ -150,6 +150,23 @@ def test_a_scenario_refuses_a_duration_it_cannot_run():
         Scenario.demo().run(Oracle(), 0.1)
 
 
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"dead": ("exit-12",)}, "exit-12"),
+        ({"removed": "exit-10"}, "exit-10"),
+        ({"incident": (0.6, 0.4)}, "incident"),
+        ({"die_at": 1.5}, "die_at"),
+        ({"rate": 0.0}, "rate"),
+        ({"accounts": 0, "keyless": 0}, "worker"),
+        ({"think": (0.3, 0.1)}, "think"),
+    ],
+)
+def test_a_scenario_refuses_a_world_it_cannot_script(change, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        Scenario.demo().replace(**change)
+
+
 def test_the_demo_prints_the_oracle_column_and_the_headline(capsys):
     assert cli(["demo", "--duration", "3", "--plain"]) == 0
     out = capsys.readouterr().out

@@ -69,6 +69,29 @@ class Scenario:
     think: Tuple[float, float] = (0.15, 0.35)
     seed: int = 3
 
+    def __post_init__(self) -> None:
+        ids = set(self.exit_ids)
+        for what, names in (
+            ("dead", self.dead),
+            ("burned", self.burned),
+            ("flagged", self.flagged),
+            ("removed", [self.removed] if self.removed else []),
+        ):
+            unknown = [n for n in names if n not in ids]
+            if unknown:
+                raise ValueError(f"{what} {unknown!r}: this world's exits are exit-0 .. exit-{self.exits - 1}")
+        for what, share in (("die_at", self.die_at), ("remove_at", self.remove_at)):
+            if not 0.0 <= share <= 1.0:
+                raise ValueError(f"{what} {share!r}: a share of the run, between 0 and 1")
+        if not 0.0 < self.incident[0] < self.incident[1] < 1.0:
+            raise ValueError(f"incident {self.incident!r}: (from, to) shares of the run, 0 < from < to < 1")
+        if not (self.rate > 0 and self.burst >= 1):
+            raise ValueError(f"rate {self.rate!r} / burst {self.burst!r}: need rate > 0 and burst >= 1")
+        if self.accounts < 0 or self.keyless < 0 or self.accounts + self.keyless < 1:
+            raise ValueError(f"accounts {self.accounts!r}, keyless {self.keyless!r}: need at least one worker")
+        if not 0.0 <= self.think[0] <= self.think[1]:
+            raise ValueError(f"think {self.think!r}: (shortest, longest) seconds between one worker's requests")
+
     # -- the worlds of the demo and the test suite
     @classmethod
     def demo(cls) -> Scenario:
