@@ -101,9 +101,8 @@ class Scenario:
 
     @classmethod
     def bad_third(cls) -> Scenario:
-        """A third of the exits bad: 12 exits, two dead from the start, one dying at 20%, one
-        burned; 6 requests a second per IP, a ban after 8 strikes; an incident for the middle
-        tenth."""
+        """A third of the exits bad: 12 exits, three dead from the start and one burned; 6
+        requests a second per IP, a ban after 8 strikes; an incident for the middle tenth."""
         return cls(
             name="bad third",
             exits=12,
