@@ -81,12 +81,12 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser(
         "demo",
-        help="run a fleet through a loopback testbed twice, naive vs exitpool, and compare",
+        help="run a fleet through a loopback testbed three times, naive vs exitpool vs an oracle, and compare",
         description=(
             "Start loopback proxies and a guarded site (dead exits, a burned exit, a site "
             "incident, a pool resize), run the same fleet of accounts and keyless tasks through "
-            "them twice -- a random pick from the proxy list, then exitpool -- and print the two "
-            "side by side. Nothing leaves this machine."
+            "them three times -- a random pick from the proxy list, exitpool, and an oracle told the "
+            "world's truth (the upper bound) -- and print them side by side. Nothing leaves this machine."
         ),
     )
     d.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds per run (default %(default)s)")
@@ -175,16 +175,20 @@ def _demo(args: argparse.Namespace) -> int:
             import rich  # noqa: F401
         except ImportError:
             plain = True
-    naive, pool, snapshot = demo.run(duration, plain=plain, out=sys.stdout, snapshot_path=args.snapshot)
-    rows = demo.table(naive, pool)
+    outcomes, snapshot = demo.run(duration, plain=plain, out=sys.stdout, snapshot_path=args.snapshot)
+    rows = demo.table(outcomes)
     width = max(len(r[0]) for r in rows)
     print()
-    print(f"{'':<{width}}  {'naive':>10}  {'exitpool':>10}")
-    for name, a, b in rows:
-        print(f"{name:<{width}}  {a:>10}  {b:>10}")
+    print(f"{'':<{width}}  " + "  ".join(f"{k:>10}" for k in demo.KINDS))
+    for name, *cells in rows:
+        print(f"{name:<{width}}  " + "  ".join(f"{c:>10}" for c in cells))
+    print()
+    print(demo.headline(outcomes))
     print()
     print("naive: a random exit from the list for every request (accounts too); its 'falsely quarantined'")
     print("figure is what a 3-strikes health check would have quarantined on the same traffic.")
+    print("oracle: told the world's truth (dead, burned and flagged exits, the site's per-IP limit, the")
+    print("incident), it paces every exit to the limit and holds requests during the incident: the upper bound.")
     if args.snapshot:
         print(f"exitpool's final snapshot: {args.snapshot} (exitpool report {args.snapshot})")
     return 0

@@ -66,8 +66,10 @@ Site behaviour, in the order a guarded request meets it (any path except ``/ip``
 The package, one module a part: ``_server`` (the loopback TCP server base every part shares:
 a fixed port, kill and revive, controls callable from any thread), ``_proxy`` (:class:`Proxy`),
 ``_gateway`` (:class:`ProviderGateway`), ``_app`` (the aiohttp server base of the site and the control endpoints), ``_site``
-(:class:`Site`), ``_control`` (:class:`Control`) and ``_world`` (:class:`Testbed`, which starts
-and stops them all).
+(:class:`Site`), ``_control`` (:class:`Control`), ``_world`` (:class:`Testbed`, which starts
+and stops them all) and ``_scenario`` (:class:`Scenario`: a scripted world and a fleet workload
+run through a picking policy, :class:`Naive`, :class:`PoolPolicy` or the :class:`Oracle` told
+the world's truth, measured the same way into an :class:`Outcome`).
 """
 
 from __future__ import annotations
@@ -80,8 +82,23 @@ except ImportError as _e:  # pragma: no cover - exercised only without the extra
 from ._control import Control
 from ._gateway import ProviderGateway
 from ._proxy import Proxy
+from ._scenario import Hold, Naive, Oracle, Outcome, PoolPolicy, Scenario, compare
 from ._site import Site
 from ._socks import Socks5Proxy
 from ._world import Testbed
 
-__all__ = ["Control", "Proxy", "ProviderGateway", "Site", "Socks5Proxy", "Testbed"]
+__all__ = [
+    "Control",
+    "Hold",
+    "Naive",
+    "Oracle",
+    "Outcome",
+    "PoolPolicy",
+    "Proxy",
+    "ProviderGateway",
+    "Scenario",
+    "Site",
+    "Socks5Proxy",
+    "Testbed",
+    "compare",
+]

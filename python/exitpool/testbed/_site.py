@@ -151,6 +151,14 @@ class Site(_AppServer):
     def in_incident(self) -> bool:
         return self._incident is not None
 
+    def tokens(self, ip: str) -> float:
+        """The requests ``ip`` may send now before a 429 (its bucket; ``burst`` for an IP not
+        seen yet): the world's truth, for an oracle."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(ip, (self.burst, now))
+            return min(self.burst, tokens + (now - at) * self.rate)
+
     def ban(self, ip: str, seconds: Optional[float] = None) -> None:
         """Ban ``ip`` (403) for ``seconds`` or for good."""
         with self._lock:
