@@ -120,7 +120,7 @@ class SentinelSet:
         self.sentinels: List[subprocess.Popen] = []
         self.sentinel_ports: List[int] = []
 
-    def start(self) -> "SentinelSet":
+    def start(self) -> SentinelSet:
         self.primary.start()
         for priority in ("10", "20", "30")[: self.n_replicas]:
             # The first replica is the one a failover promotes (the lower priority).
@@ -129,7 +129,7 @@ class SentinelSet:
         for r in self.replicas:
             wait_for("the replicas to sync", lambda r=r: "master_link_status:up" in r.cli("INFO", "replication"))
         self.replica = self.replicas[0]
-        for i in range(3):
+        for _ in range(3):
             port = _free_port()
             conf = self.tmp / f"sentinel-{next(_serial)}.conf"
             lines = [
@@ -220,7 +220,7 @@ class Cluster:
             node.stop()
         raise AssertionError("no cluster node could start")
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         self.nodes = [self._node() for _ in range(4)]
         primaries = self.nodes[:3]
         for i, node in enumerate(primaries):
