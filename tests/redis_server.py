@@ -138,7 +138,7 @@ class SentinelSet:
                 f"dir {self.tmp}",
                 f"sentinel monitor {self.MASTER} 127.0.0.1 {self.primary.port} 2",
                 f"sentinel down-after-milliseconds {self.MASTER} 1000",
-                f"sentinel failover-timeout {self.MASTER} 10000",
+                f"sentinel failover-timeout {self.MASTER} 5000",
             ]
             if self.password:
                 lines.append(f"sentinel auth-pass {self.MASTER} {self.password}")

@@ -109,7 +109,7 @@ def test_the_primary_killed_under_sentinel_is_replaced(sentinels):
             pass
     sentinels.primary.stop()
     # Sentinel needs down-after-milliseconds (1 s) and a vote; the store waits for it.
-    wait_for("the Sentinels to promote the replica", lambda: sentinels.primary_port() == sentinels.replica.port)
+    wait_for("the Sentinels to promote the replica", lambda: sentinels.primary_port() == sentinels.replica.port, seconds=45)
     for _ in range(20):
         with pool.lease(timeout=10):
             pass

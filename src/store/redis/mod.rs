@@ -31,6 +31,10 @@
 //! longest `lease_ttl` is dropped, its lease having certainly expired (the server reclaims it).
 //! While hand-backs are stuck, [`Store::backlog`] and every hand-back say so.
 //!
+//! The server may be one server, the primary a set of Sentinels names, or a Redis Cluster
+//! (`topology`). With the latter two a failed command is tried again on the new primary while
+//! a failover lasts (`Inner::try_run`), so that the fleet keeps its ceilings through it.
+//!
 //! A store that the server turns away when it is opened (a wrong password, none where one is
 //! required, a database number out of range) is refused there and then: serving from local
 //! state would silently make every ceiling a per-process one. Only a server that cannot be

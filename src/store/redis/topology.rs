@@ -196,6 +196,8 @@ struct Multi {
     hosts: Vec<(String, u16)>,
     path: Vec<String>,
     query: Vec<(String, String)>,
+    /// The passwords as typed (percent-encoded, say), for scrubbing.
+    typed: Vec<String>,
 }
 
 /// What `open` needs of a URL: how to reach the server, the URL as shown (secrets masked) and
@@ -214,8 +216,12 @@ fn parse_multi(url: &str, scheme: &'static str, default_port: u16) -> std::resul
     let rest = &url[scheme.len() + 3..];
     let (authority, tail) = rest.find(['/', '?']).map_or((rest, ""), |i| rest.split_at(i));
     let (userinfo, hosts) = authority.rsplit_once('@').map_or(("", authority), |(u, h)| (u, h));
+    let mut typed = Vec::new();
     let (user, password) = match userinfo.split_once(':') {
-        Some((u, p)) => (decode(u), Some(decode(p))),
+        Some((u, p)) => {
+            typed.push(p.to_owned());
+            (decode(u), Some(decode(p)))
+        }
         None => (decode(userinfo), None),
     };
     let mut parsed = Vec::new();
@@ -231,6 +237,7 @@ fn parse_multi(url: &str, scheme: &'static str, default_port: u16) -> std::resul
         parsed.push((name.to_owned(), port));
     }
     let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    typed.extend(query.split('&').filter_map(|kv| kv.strip_prefix("password=")).map(str::to_owned));
     Ok(Multi {
         scheme,
         user,
@@ -238,6 +245,7 @@ fn parse_multi(url: &str, scheme: &'static str, default_port: u16) -> std::resul
         hosts: parsed,
         path: path.split('/').filter(|s| !s.is_empty()).map(decode).collect(),
         query: url::form_urlencoded::parse(query.as_bytes()).into_owned().collect(),
+        typed,
     })
 }
 
@@ -245,10 +253,8 @@ impl Multi {
     fn secrets(&self) -> Vec<String> {
         let mut s: Vec<String> = self.password.iter().cloned().collect();
         s.extend(self.query.iter().filter(|(k, _)| k == "password").map(|(_, v)| v.clone()));
-        // Also as typed, percent-encoded: the raw URL could be quoted somewhere.
-        let encoded: Vec<String> =
-            s.iter().map(|p| percent_encoding::utf8_percent_encode(p, percent_encoding::NON_ALPHANUMERIC).to_string()).collect();
-        s.extend(encoded);
+        // Also as typed (percent-encoded, say): the raw URL could be quoted somewhere.
+        s.extend(self.typed.iter().cloned());
         s
     }
 
@@ -350,3 +356,47 @@ pub(super) fn open_multi(url: &str, scheme: &str) -> Result<Opened> {
 
 /// How many redirections and retries the cluster client makes within one command.
 const CLUSTER_RETRIES: u32 = 4;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked_and_kept_for_scrubbing_decoded_and_as_typed() {
+        let url = "redis+sentinel://:s%40p%3Aw@h1:1,[::1]:2,h3/fleet/2?password=d%2Fp%26w&username=app";
+        let o = open_multi(url, "redis+sentinel").unwrap();
+        assert_eq!(o.shown, format!("redis+sentinel://:{MASK}@h1:1,[::1]:2,h3:26379/fleet/2?password={MASK}&username=app"));
+        for secret in ["s@p:w", "s%40p%3Aw", "d/p&w", "d%2Fp%26w"] {
+            assert!(o.secrets.iter().any(|s| s == secret), "{secret} not kept for scrubbing");
+        }
+        let Target::Sentinel(s) = o.target else { panic!("not a Sentinel target") };
+        assert_eq!((s.master.as_str(), s.node.db(), s.node.password(), s.node.username()), ("fleet", 2, Some("d/p&w"), Some("app")));
+        assert_eq!(s.sentinels.len(), 3);
+        assert_eq!(s.sentinels[0].redis_settings().password(), Some("s@p:w"));
+    }
+
+    #[test]
+    fn a_cluster_url_lists_its_nodes_and_one_password() {
+        let o = open_multi("redis+cluster://:pw@a:7000,b", "redis+cluster").unwrap();
+        assert_eq!(o.shown, format!("redis+cluster://:{MASK}@a:7000,b:6379"));
+        assert!(matches!(o.target, Target::Cluster(_)));
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong_without_the_password() {
+        for (url, why) in [
+            ("redis+sentinel://:pw1@h:1", "name the master"),
+            ("redis+sentinel://:pw1@h:1/m/x", "not a number"),
+            ("redis+sentinel://:pw1@h:1/m/0/extra", "name the master"),
+            ("redis+sentinel://:pw1@h:1/m?db=1", "unknown parameter"),
+            ("redis+sentinel://:pw1@h:x/m", "no valid port"),
+            ("redis+sentinel://:pw1@,h/m", "every host must be named"),
+            ("redis+cluster://:pw1@h/0", "takes no parameters"),
+        ] {
+            let scheme = url.split_once("://").unwrap().0;
+            let Err(Error::BadInput(msg)) = open_multi(url, scheme) else { panic!("{url} accepted") };
+            assert!(msg.contains(why), "{url}: {msg}");
+            assert!(!msg.contains("pw1"), "{url}: {msg}");
+        }
+    }
+}
