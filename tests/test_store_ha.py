@@ -103,7 +103,7 @@ def test_a_sentinel_failover_during_leasing_loses_and_doubles_nothing(sentinels)
 def test_the_primary_killed_under_sentinel_is_replaced(sentinels):
     pool = Pool(exits(), store=sentinels.url, namespace="sk", max_leases=1)
     kinds = []
-    pool.on_event(lambda e: kinds.append(e["kind"]))
+    pool.on_event(lambda e: kinds.append((e["kind"], e["message"])))
     for _ in range(20):
         with pool.lease():
             pass
@@ -113,9 +113,9 @@ def test_the_primary_killed_under_sentinel_is_replaced(sentinels):
     for _ in range(20):
         with pool.lease(timeout=10):
             pass
-    assert pool.snapshot()["store"]["online"] is True
+    assert pool.snapshot()["store"]["online"] is True, kinds
     fleet = pool.snapshot()["store"]["exits"]
-    assert sum(e["active"] for e in fleet.values()) == 0
+    assert sum(e["active"] for e in fleet.values()) == 0, (fleet, kinds)
 
 
 def test_sentinel_and_data_passwords_stay_secret(sentinels, caplog):
