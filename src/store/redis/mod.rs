@@ -116,6 +116,9 @@ struct Inner {
     stuck: AtomicBool,
     /// The longest `lease_ttl` of a take, in milliseconds: how long a stuck hand-back is kept.
     max_ttl_ms: AtomicU64,
+    /// A failover was waited out in vain: until a connection opens again, failures are not
+    /// waited on (the pool serves from its own state without paying `FAILOVER_WAIT` again).
+    away: AtomicBool,
 }
 
 impl RedisStore {
@@ -150,6 +153,7 @@ impl RedisStore {
                 ids: AtomicU64::new(0),
                 stuck: AtomicBool::new(false),
                 max_ttl_ms: AtomicU64::new(0),
+                away: AtomicBool::new(false),
             }),
         };
         store.inner.probe()?;
@@ -232,6 +236,8 @@ impl Inner {
     /// dropped, or became a replica) is tried again on whichever server is primary next, for
     /// up to `FAILOVER_WAIT`: `f` may then run more than once, and must be safe to repeat
     /// (a take chooses a new lease id each time and hands back the ids it tried before).
+    /// Once a wait was in vain, the store is away as a single server would be, until a
+    /// connection opens again.
     fn try_run<T>(&self, mut f: impl FnMut(&mut Con) -> redis::RedisResult<T>) -> std::result::Result<T, (StoreError, bool)> {
         let mut tried = false;
         // While a failover goes on: when to stop waiting for the new primary.
@@ -249,6 +255,7 @@ impl Inner {
                     let con = self.open_connection().and_then(|mut con| self.mark(&mut con).map(|()| con));
                     if con.is_ok() {
                         *self.retry_at.lock() = None;
+                        self.away.store(false, Ordering::Relaxed);
                     }
                     con
                 }
@@ -270,7 +277,7 @@ impl Inner {
                 },
                 Err(e) => e,
             };
-            if self.target.fails_over() && failing_over(&e) {
+            if self.target.fails_over() && !self.away.load(Ordering::Relaxed) && failing_over(&e) {
                 let until = *failover.get_or_insert_with(|| Instant::now() + FAILOVER_WAIT);
                 if Instant::now() < until {
                     // Every pooled connection went to the old primary.
@@ -278,6 +285,7 @@ impl Inner {
                     std::thread::sleep(FAILOVER_PAUSE);
                     continue;
                 }
+                self.away.store(true, Ordering::Relaxed);
                 self.target.recount_replicas();
             }
             return Err((self.failed(e), tried));
