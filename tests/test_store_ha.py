@@ -76,6 +76,13 @@ def check_fleet(url: str, ns: str, reports: list) -> None:
     assert sum(e["outcomes"]["success"] for e in fleet.values()) == WORKERS * LEASES, fleet
 
 
+def no_slot_held(pool) -> None:
+    """The fleet holds no lease of this pool's. Its last release may still be on its way (the
+    store's sender thread sends it within milliseconds, on a connection of its own, so a
+    snapshot taken at once can overtake it): waited for, bounded."""
+    wait_for("the last release to reach the store", lambda: sum(e["active"] for e in pool.snapshot()["store"]["exits"].values()) == 0, 5)
+
+
 # --- Sentinel ---------------------------------------------------------------------------------
 
 
@@ -114,8 +121,7 @@ def test_the_primary_killed_under_sentinel_is_replaced(sentinels):
         with pool.lease(timeout=10):
             pass
     assert pool.snapshot()["store"]["online"] is True, kinds
-    fleet = pool.snapshot()["store"]["exits"]
-    assert sum(e["active"] for e in fleet.values()) == 0, (fleet, kinds)
+    no_slot_held(pool)
 
 
 def test_sentinel_and_data_passwords_stay_secret(sentinels, caplog):
@@ -233,9 +239,9 @@ def test_a_cluster_follows_its_slot_to_another_primary(cluster):
     lease_10()  # MOVED
     assert "store_unavailable" not in kinds
     assert cluster.owner.cli("CLUSTER", "COUNTKEYSINSLOT", slot).strip() == "0"
+    no_slot_held(pool)
     fleet = pool.snapshot()["store"]["exits"]
     assert sum(e["leases"] for e in fleet.values()) == 40
-    assert sum(e["active"] for e in fleet.values()) == 0
 
 
 # --- the worker -------------------------------------------------------------------------------
