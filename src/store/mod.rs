@@ -150,7 +150,8 @@ pub trait Store: Send + Sync {
 
 /// Opens the store a pool was given: `memory://NAME` (shared by the pools of this process that
 /// name it, on the clock of the pool that made it, so a `ManualClock` drives its TTLs too) or
-/// `redis://`, `rediss://`, `unix://`, `redis+unix://` (on the server's clock).
+/// `redis://`, `rediss://`, `unix://`, `redis+unix://`, `redis+sentinel://`, `redis+cluster://`
+/// (on the server's clock).
 pub fn open(url: &str, namespace: &str, clock: Arc<dyn crate::clock::Clock>) -> Result<Arc<dyn Store>> {
     if namespace.is_empty() || namespace.len() > 200 || namespace.chars().any(|c| c.is_control() || c == '{' || c == '}') {
         return Err(Error::setting(
@@ -161,11 +162,14 @@ pub fn open(url: &str, namespace: &str, clock: Arc<dyn crate::clock::Clock>) -> 
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     match scheme.as_deref() {
         Some("memory") => Ok(MemoryStore::named(&url["memory://".len()..], namespace, clock)),
-        Some("redis" | "rediss" | "unix" | "redis+unix") => Ok(Arc::new(RedisStore::open(url, namespace)?)),
+        Some("redis" | "rediss" | "unix" | "redis+unix" | "redis+sentinel" | "redis+cluster") => {
+            Ok(Arc::new(RedisStore::open(url, namespace)?))
+        }
         _ => Err(Error::setting(
             &["store"],
             format!(
-                "{} is not a store URL: use memory://NAME, redis://host:port/db, rediss://... or unix:///path",
+                "{} is not a store URL: use memory://NAME, redis://host:port/db, rediss://..., unix:///path, \
+                 redis+sentinel://host:port,host:port/master or redis+cluster://host:port,host:port",
                 crate::mask::mask_raw(url)
             ),
         )),

@@ -2,11 +2,11 @@
 //! the flusher thread that sends what no command carried, and what a fork must do about both
 //! (see the store's module documentation).
 
+use super::topology::Con;
 use super::{Inner, RETRY_AFTER};
 use crate::fork::{self, Mutex};
 use crate::outcome::Outcome;
 use crate::store::{StoreError, StoreResult};
-use redis::Connection;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -195,13 +195,15 @@ impl Inner {
     }
 
     /// Ends leases in one script run; returns how many were live.
-    pub(super) fn send_backs(&self, con: &mut Connection, backs: &[HandBack]) -> redis::RedisResult<i64> {
+    pub(super) fn send_backs(&self, con: &mut Con, backs: &[HandBack]) -> redis::RedisResult<i64> {
         let mut inv = self.scripts.give_back.prepare_invoke();
-        inv.arg(&self.prefix);
+        // The prefix is the one key, for a cluster to route by (the scripts read ARGV).
+        inv.key(&self.prefix).arg(&self.prefix);
         for hb in backs {
             inv.arg(&hb.exit).arg(hb.lease).arg(hb.outcome);
         }
-        inv.invoke(con)
+        let live = inv.invoke(con)?;
+        self.replicated(con).map(|()| live)
     }
 
     pub(super) fn flush(&self) -> StoreResult<()> {

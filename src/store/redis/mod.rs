@@ -31,12 +31,17 @@
 //! longest `lease_ttl` is dropped, its lease having certainly expired (the server reclaims it).
 //! While hand-backs are stuck, [`Store::backlog`] and every hand-back say so.
 //!
+//! The server may be one server, the primary a set of Sentinels names, or a Redis Cluster
+//! (`topology`). With the latter two a failed command is tried again on the new primary while
+//! a failover lasts (`Inner::try_run`), so that the fleet keeps its ceilings through it.
+//!
 //! A store that the server turns away when it is opened (a wrong password, none where one is
 //! required, a database number out of range) is refused there and then: serving from local
 //! state would silently make every ceiling a per-process one. Only a server that cannot be
 //! reached is left for later.
 
 mod handbacks;
+mod topology;
 
 pub(crate) use handbacks::before_fork;
 pub use handbacks::flush_all;
@@ -48,15 +53,23 @@ use crate::fork::{Condvar, Mutex};
 use crate::mask::{mask_raw, scrub, MASK};
 use crate::outcome::{Outcome, OUTCOMES};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
-use redis::{Connection, ConnectionLike, IntoConnectionInfo, RedisError, Script};
+use redis::{ConnectionLike, IntoConnectionInfo, RedisError, Script};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use topology::{Con, Target};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 const IO_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// With Sentinel or a Cluster, how long a command waits for a new primary after the old one
+/// failed (refused, dropped, or turned replica): a failover ends within this, and a fleet that
+/// fell back on local state meanwhile would hold each ceiling per process, not fleet-wide.
+const FAILOVER_WAIT: Duration = Duration::from_secs(8);
+/// Between tries while a failover goes on: Sentinels and cluster nodes agree within a few.
+const FAILOVER_PAUSE: Duration = Duration::from_millis(100);
 
 /// Every script starts with the shared clock and lease-ending functions.
 macro_rules! script {
@@ -78,13 +91,13 @@ pub struct RedisStore {
 }
 
 struct Inner {
-    client: redis::Client,
+    target: Target,
     /// Every key of the namespace starts with this; the braces keep them in one cluster slot.
     prefix: String,
     shown: String,
     /// Secrets of the URL, scrubbed from any error text before it leaves this module.
     secrets: Vec<String>,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Con>>,
     /// After a failure, when to try the server again.
     retry_at: Mutex<Option<Instant>>,
     scripts: Scripts,
@@ -103,48 +116,22 @@ struct Inner {
     stuck: AtomicBool,
     /// The longest `lease_ttl` of a take, in milliseconds: how long a stuck hand-back is kept.
     max_ttl_ms: AtomicU64,
+    /// A failover was waited out in vain: until a connection opens again, failures are not
+    /// waited on (the pool serves from its own state without paying `FAILOVER_WAIT` again).
+    away: AtomicBool,
 }
 
 impl RedisStore {
     pub fn open(url: &str, namespace: &str) -> Result<RedisStore> {
-        let parsed = url::Url::parse(url).map_err(|e| Error::BadInput(format!("store {} is not a URL: {e}", mask_raw(url))))?;
-        let mut secrets: Vec<String> = Vec::new();
-        let mut shown = parsed.clone();
-        if let Some(pw) = parsed.password() {
-            secrets.push(pw.to_owned());
-            if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
-                secrets.push(decoded.into_owned());
-            }
-            let _ = shown.set_password(Some(MASK));
-        }
-        // Unix socket URLs carry their password as a query parameter.
-        if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
-            secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
-            let kept: Vec<(String, String)> = parsed
-                .query_pairs()
-                .map(
-                    |(k, v)| {
-                        if k == "pass" || k == "password" {
-                            (k.into_owned(), MASK.to_owned())
-                        } else {
-                            (k.into_owned(), v.into_owned())
-                        }
-                    },
-                )
-                .collect();
-            shown.query_pairs_mut().clear().extend_pairs(kept);
-        }
-        // The URL writer percent-encodes the mask's brackets; they are shown as typed.
-        let shown = shown.to_string().replace(&utf8_percent_encode(MASK, NON_ALPHANUMERIC).to_string(), MASK);
-        let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
-        // TCP_NODELAY: commands are small and each one is waited on; Nagle's algorithm would
-        // hold a write behind an unacknowledged one.
-        let info = url.into_connection_info().map_err(bad_url)?;
-        let info = info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(bad_url)?;
+        let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        let opened = match scheme.as_deref() {
+            Some(s @ ("redis+sentinel" | "redis+cluster")) => topology::open_multi(url, s)?,
+            _ => open_one(url)?,
+        };
+        let topology::Opened { target, shown, secrets } = opened;
         let store = RedisStore {
             inner: Arc::new(Inner {
-                client,
+                target,
                 prefix: format!("exitpool:{{{namespace}}}:"),
                 shown,
                 secrets,
@@ -166,6 +153,7 @@ impl RedisStore {
                 ids: AtomicU64::new(0),
                 stuck: AtomicBool::new(false),
                 max_ttl_ms: AtomicU64::new(0),
+                away: AtomicBool::new(false),
             }),
         };
         store.inner.probe()?;
@@ -175,6 +163,35 @@ impl RedisStore {
         drop(live);
         Ok(store)
     }
+}
+
+/// One server's URL (`redis://`, `rediss://`, `unix://`), read by the `redis` crate.
+fn open_one(url: &str) -> Result<topology::Opened> {
+    let parsed = url::Url::parse(url).map_err(|e| Error::BadInput(format!("store {} is not a URL: {e}", mask_raw(url))))?;
+    let mut secrets: Vec<String> = Vec::new();
+    let mut shown = parsed.clone();
+    if let Some(pw) = parsed.password() {
+        secrets.push(pw.to_owned());
+        if let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8() {
+            secrets.push(decoded.into_owned());
+        }
+        let _ = shown.set_password(Some(MASK));
+    }
+    // Unix socket URLs carry their password as a query parameter.
+    if parsed.query_pairs().any(|(k, _)| k == "pass" || k == "password") {
+        secrets.extend(parsed.query_pairs().filter(|(k, _)| k == "pass" || k == "password").map(|(_, v)| v.into_owned()));
+        let kept: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| if k == "pass" || k == "password" { (k.into_owned(), MASK.to_owned()) } else { (k.into_owned(), v.into_owned()) })
+            .collect();
+        shown.query_pairs_mut().clear().extend_pairs(kept);
+    }
+    // The URL writer percent-encodes the mask's brackets; they are shown as typed.
+    let shown = shown.to_string().replace(&utf8_percent_encode(MASK, NON_ALPHANUMERIC).to_string(), MASK);
+    let bad_url = |e: RedisError| Error::BadInput(format!("store {shown}: {}", scrub(&e.to_string(), &secrets)));
+    let info = url.into_connection_info().map_err(bad_url)?;
+    let client = redis::Client::open(info.set_tcp_settings(topology::nodelay())).map_err(bad_url)?;
+    Ok(topology::Opened { target: Target::One(client), shown, secrets })
 }
 
 impl Drop for RedisStore {
@@ -189,7 +206,7 @@ impl Drop for RedisStore {
 impl Inner {
     /// Sends the waiting hand-backs on a connection, then runs `f` on it: a command never
     /// overtakes a release made before it.
-    fn with<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+    fn with<T>(&self, mut f: impl FnMut(&mut Con) -> redis::RedisResult<T>) -> StoreResult<T> {
         self.own_process();
         let backs = self.drain();
         let mut delivered = backs.is_empty();
@@ -208,37 +225,101 @@ impl Inner {
 
     /// Runs `f` on an idle connection (or a new one), keeping the connection only if it came
     /// through unharmed.
-    fn run<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> StoreResult<T> {
+    fn run<T>(&self, f: impl FnMut(&mut Con) -> redis::RedisResult<T>) -> StoreResult<T> {
         self.try_run(f).map_err(|(e, _)| e)
     }
 
     /// [`Inner::run`], saying on failure whether `f` was tried: its command may then have
     /// reached the server, and may run there yet.
-    fn try_run<T>(&self, f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>) -> std::result::Result<T, (StoreError, bool)> {
-        let pooled = self.idle.lock().pop();
-        let mut con = match pooled {
-            Some(c) => c,
-            None => self.connect().map_err(|e| (e, false))?,
-        };
-        match f(&mut con) {
-            Ok(v) => {
-                self.idle.lock().push(con);
-                if self.stuck.load(Ordering::Relaxed) {
-                    self.stuck.store(false, Ordering::Relaxed);
-                    self.pending.lock().failed = None;
+    ///
+    /// With Sentinel or a Cluster, a failure that a failover explains (the primary refused,
+    /// dropped, or became a replica) is tried again on whichever server is primary next, for
+    /// up to `FAILOVER_WAIT`: `f` may then run more than once, and must be safe to repeat
+    /// (a take chooses a new lease id each time and hands back the ids it tried before).
+    /// Once a wait was in vain, the store is away as a single server would be, until a
+    /// connection opens again.
+    fn try_run<T>(&self, mut f: impl FnMut(&mut Con) -> redis::RedisResult<T>) -> std::result::Result<T, (StoreError, bool)> {
+        let mut tried = false;
+        // While a failover goes on: when to stop waiting for the new primary.
+        let mut failover: Option<Instant> = None;
+        loop {
+            let pooled = self.idle.lock().pop();
+            let con = match pooled {
+                Some(c) => Ok(c),
+                None => {
+                    if failover.is_none() {
+                        if let Some(e) = self.paused() {
+                            return Err((e, tried));
+                        }
+                    }
+                    let con = self.open_connection().and_then(|mut con| self.mark(&mut con).map(|()| con));
+                    if con.is_ok() {
+                        *self.retry_at.lock() = None;
+                        self.away.store(false, Ordering::Relaxed);
+                    }
+                    con
                 }
-                Ok(v)
+            };
+            let e = match con {
+                Ok(mut con) => match f(&mut con) {
+                    Ok(v) => {
+                        self.idle.lock().push(con);
+                        if self.stuck.load(Ordering::Relaxed) {
+                            self.stuck.store(false, Ordering::Relaxed);
+                            self.pending.lock().failed = None;
+                        }
+                        return Ok(v);
+                    }
+                    Err(e) => {
+                        tried = true;
+                        e
+                    }
+                },
+                Err(e) => e,
+            };
+            if self.target.fails_over() && !self.away.load(Ordering::Relaxed) && failing_over(&e) {
+                let until = *failover.get_or_insert_with(|| Instant::now() + FAILOVER_WAIT);
+                if Instant::now() < until {
+                    // Every pooled connection went to the old primary.
+                    self.idle.lock().clear();
+                    std::thread::sleep(FAILOVER_PAUSE);
+                    continue;
+                }
+                self.away.store(true, Ordering::Relaxed);
+                self.target.recount_replicas();
             }
-            Err(e) => Err((self.failed(e), true)),
+            return Err((self.failed(e), tried));
         }
     }
 
     /// Sends a command packed by hand that runs `script` by its hash, loading the script and
-    /// sending again if the server has lost it (NOSCRIPT: a flushed cache, a restart).
-    fn eval_packed(&self, con: &mut Connection, script: &Script, packed: &[u8]) -> redis::RedisResult<redis::Value> {
+    /// sending again if the server has lost it (NOSCRIPT: a flushed cache, a restart). Under
+    /// Sentinel the command is followed, in the same round trip, by a WAIT for its replicas (see
+    /// [`Inner::replicated`]).
+    fn eval_packed(&self, con: &mut Con, script: &Script, packed: &mut Vec<u8>) -> redis::RedisResult<redis::Value> {
+        let acks = self.target.acks();
+        let count = if acks > 0 {
+            let _ = write!(packed, "*3\r\n$4\r\nWAIT\r\n${}\r\n{acks}\r\n$3\r\n{WAIT_MS}\r\n", acks.to_string().len());
+            2
+        } else {
+            1
+        };
         let mut loaded = false;
         loop {
-            let reply = match con.req_packed_command(packed) {
+            let reply = if count == 1 {
+                con.req_packed_command(packed)
+            } else {
+                con.req_packed_commands(packed, 0, count).and_then(|mut replies| {
+                    let acked = replies.pop();
+                    let reply = replies.pop().unwrap_or(redis::Value::Nil);
+                    match (&reply, acked) {
+                        (redis::Value::ServerError(_), _) => Ok(reply),
+                        (_, Some(redis::Value::Int(n))) if n >= i64::from(acks) => Ok(reply),
+                        _ => Err(not_replicated()),
+                    }
+                })
+            };
+            let reply = match reply {
                 Ok(redis::Value::ServerError(e)) => Err(RedisError::from(e)),
                 other => other,
             };
@@ -252,6 +333,20 @@ impl Inner {
         }
     }
 
+    /// Under Sentinel, waits until the primary's replicas have every write this connection
+    /// made (see `topology::Sentinels` for which and why). Without their word the write counts
+    /// as unanswered: it is tried again, on the new primary if a failover is under way.
+    pub(super) fn replicated(&self, con: &mut Con) -> redis::RedisResult<()> {
+        let acks = self.target.acks();
+        if acks == 0 {
+            return Ok(());
+        }
+        match redis::cmd("WAIT").arg(acks).arg(WAIT_MS).query(con)? {
+            redis::Value::Int(n) if n >= i64::from(acks) => Ok(()),
+            _ => Err(not_replicated()),
+        }
+    }
+
     /// A lease id: the counter through a bijective mixer (splitmix64), salted per store.
     fn next_id(&self) -> u64 {
         let salt = self.salt.load(Ordering::Relaxed);
@@ -261,29 +356,39 @@ impl Inner {
         (z ^ (z >> 31)).max(1)
     }
 
-    fn connect(&self) -> StoreResult<Connection> {
-        let retry_at = *self.retry_at.lock();
-        if let Some(at) = retry_at {
-            if Instant::now() < at {
-                return Err(StoreError::Unavailable(self.noting_backlog(format!("{} did not answer; trying again shortly", self.shown))));
-            }
+    /// In a cluster, makes the namespace's one declared key (its prefix) a real key: every
+    /// script names it for routing, and while its slot migrates, a node sends a command on to
+    /// the importing node (ASK) only once the key has moved. The namespace's other keys are
+    /// not declared; they must move in the same MIGRATE (see docs/fleet.md).
+    fn mark(&self, con: &mut Con) -> redis::RedisResult<()> {
+        match con {
+            Con::Cluster(_) => redis::cmd("SET").arg(&self.prefix).arg("exitpool").query(con),
+            Con::One(_) => Ok(()),
         }
-        let con = self.open_connection().map_err(|e| self.failed(e))?;
-        *self.retry_at.lock() = None;
-        Ok(con)
     }
 
-    fn open_connection(&self) -> redis::RedisResult<Connection> {
-        let con = self.client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-        con.set_read_timeout(Some(IO_TIMEOUT))?;
-        con.set_write_timeout(Some(IO_TIMEOUT))?;
-        Ok(con)
+    /// The error to answer with while the server is left alone after a failure.
+    fn paused(&self) -> Option<StoreError> {
+        let retry_at = *self.retry_at.lock();
+        match retry_at {
+            Some(at) if Instant::now() < at => {
+                Some(StoreError::Unavailable(self.noting_backlog(format!("{} did not answer; trying again shortly", self.shown))))
+            }
+            _ => None,
+        }
+    }
+
+    fn open_connection(&self) -> redis::RedisResult<Con> {
+        self.target.connect(CONNECT_TIMEOUT, IO_TIMEOUT)
     }
 
     /// Connects once as the store is opened: a server that turns this store away refuses it
     /// (see the module documentation); one that cannot be reached is tried again later.
     fn probe(&self) -> Result<()> {
-        match self.open_connection().and_then(|mut con| redis::cmd("PING").query::<()>(&mut con).map(|()| con)) {
+        match self
+            .open_connection()
+            .and_then(|mut con| redis::cmd("PING").query::<()>(&mut con).and_then(|()| self.mark(&mut con)).map(|()| con))
+        {
             Ok(con) => self.idle.lock().push(con),
             Err(e) if turned_away(&e) => {
                 let why = scrub(&e.to_string(), &self.secrets);
@@ -307,7 +412,8 @@ impl Inner {
             || e.is_connection_dropped()
             || e.is_unrecoverable_error()
             || turned_away(&e)
-            || why.contains("LOADING");
+            || why.contains("LOADING")
+            || failing_over(&e);
         if unreachable {
             // Every pooled connection went to the same server: none is worth trying now.
             self.idle.lock().clear();
@@ -349,6 +455,30 @@ impl Packed {
     }
 }
 
+/// How long a WAIT for replicas may take, in milliseconds: half the command timeout.
+const WAIT_MS: u32 = 250;
+
+/// A write no replica acknowledged: as good as unanswered (it may be lost in a failover).
+fn not_replicated() -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "NOREPLICAS: no replica acknowledged the write in time"))
+}
+
+/// Whether a failure is one a failover explains: the primary cannot be reached, dropped the
+/// connection, stopped taking writes (it became a replica: READONLY; its replicas left it:
+/// NOREPLICAS, with `min-replicas-to-write`, or no replica acknowledged the write), or the
+/// cluster or Sentinel is still deciding. Script errors carry the server's code inside their
+/// text. Every write the store makes is safe to try again (see `Inner::try_run`): a script
+/// that stopped halfway is one of these.
+fn failing_over(e: &RedisError) -> bool {
+    if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() || e.is_timeout() {
+        return true;
+    }
+    let text = e.to_string();
+    // A script that meets a key of its slot gone elsewhere (the slot migrates) stops there; it
+    // is tried again once the slot has settled.
+    ["READONLY", "NOREPLICAS", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "non local key"].iter().any(|code| text.contains(code))
+}
+
 /// Whether the server refused the client itself: authentication (a wrong password, none where
 /// one is required, a user without the right) or the database number.
 fn turned_away(e: &RedisError) -> bool {
@@ -378,29 +508,52 @@ impl Store for RedisStore {
             s.max_ttl_ms.fetch_max(ttl, Ordering::Relaxed);
         }
         let (ramp, interval, horizon) = t.warmup.map_or((0, 0, 0), |w| (ms(w.ramp), ms(w.initial_interval), ms(w.horizon)));
-        let id = s.next_id();
-        // Without a ceiling, one take in 64 reclaims the exit's expired leases.
-        let reclaim = if id % 64 == 0 { "1" } else { "0" };
         let backs = s.drain();
-        let mut cmd = Packed::new(17 + 3 * backs.len() + t.candidates.len());
-        cmd.arg("EVALSHA").arg(s.scripts.take.get_hash()).arg("0").arg(&s.prefix).arg(t.key.unwrap_or(""));
-        cmd.num(t.max_leases.unwrap_or(0)).num(ms(t.lease_ttl)).num(ms(t.session_ttl)).num(ramp).num(interval).num(horizon);
-        cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" });
-        cmd.num(t.generation).arg(if t.rebind { "1" } else { "0" }).num(backs.len());
-        for hb in &backs {
-            cmd.arg(&hb.exit).num(hb.lease).arg(hb.outcome);
-        }
-        for c in t.candidates {
-            cmd.arg(c);
-        }
-        let reply = match s.try_run(|con| s.eval_packed(con, &s.scripts.take, &cmd.0)) {
+        // The ids of takes tried before this one whose outcome is unknown (a failover): each
+        // try hands them back on every candidate before it takes, so that a lease granted by
+        // a try whose answer was lost ends there, never to be held twice.
+        let mut earlier: Vec<u64> = Vec::new();
+        let mut id = 0;
+        let reply = s.try_run(|con| {
+            if id != 0 {
+                earlier.push(id);
+            }
+            id = s.next_id();
+            // Without a ceiling, one take in 64 reclaims the exit's expired leases.
+            let reclaim = if id % 64 == 0 { "1" } else { "0" };
+            let n_backs = backs.len() + earlier.len() * t.candidates.len();
+            let mut cmd = Packed::new(18 + 3 * n_backs + t.candidates.len());
+            // The prefix is the one key, for a cluster to route by (the scripts read ARGV).
+            cmd.arg("EVALSHA").arg(s.scripts.take.get_hash()).arg("1").arg(&s.prefix).arg(&s.prefix).arg(t.key.unwrap_or(""));
+            cmd.num(t.max_leases.unwrap_or(0)).num(ms(t.lease_ttl)).num(ms(t.session_ttl)).num(ramp).num(interval).num(horizon);
+            cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" });
+            cmd.num(t.generation).arg(if t.rebind { "1" } else { "0" }).num(n_backs);
+            for hb in &backs {
+                cmd.arg(&hb.exit).num(hb.lease).arg(hb.outcome);
+            }
+            for &old in &earlier {
+                for c in t.candidates {
+                    cmd.arg(c).num(old).arg("");
+                }
+            }
+            for c in t.candidates {
+                cmd.arg(c);
+            }
+            s.eval_packed(con, &s.scripts.take, &mut cmd.0)
+        });
+        let reply = match reply {
             Ok(reply) => reply,
             Err((e, tried)) => {
                 let mut backs = backs;
                 if tried && matches!(e, StoreError::Unavailable(_)) {
                     // No answer: the server may have granted the lease (or may yet, running the
                     // command late). Its id goes back on whichever candidate holds it, if any.
-                    backs.extend(t.candidates.iter().map(|c| HandBack::new(c, id, None)));
+                    earlier.push(id);
+                }
+                if !earlier.is_empty() {
+                    for &old in &earlier {
+                        backs.extend(t.candidates.iter().map(|c| HandBack::new(c, old, None)));
+                    }
                     s.start_flusher(std::process::id());
                 }
                 s.requeue(backs, &e);
@@ -467,7 +620,10 @@ impl Store for RedisStore {
 
     fn end_session(&self, key: &str) -> StoreResult<bool> {
         let k = format!("{}sess:{key}", self.inner.prefix);
-        let n: i64 = self.inner.with(|con| redis::cmd("DEL").arg(&k).query(con))?;
+        let n: i64 = self.inner.with(|con| {
+            let n = redis::cmd("DEL").arg(&k).query(con)?;
+            self.inner.replicated(con).map(|()| n)
+        })?;
         Ok(n == 1)
     }
 
@@ -475,7 +631,8 @@ impl Store for RedisStore {
         let hold = if v.hold.is_finite() { (v.hold * 1000.0).round().max(0.0) as i64 } else { -1 };
         let seq: i64 = self.inner.with(|con| {
             let mut inv = self.inner.scripts.publish.prepare_invoke();
-            inv.arg(&self.inner.prefix)
+            inv.key(&self.inner.prefix)
+                .arg(&self.inner.prefix)
                 .arg(&v.exit)
                 .arg(&v.site)
                 .arg(state_code(v.state))
@@ -483,13 +640,15 @@ impl Store for RedisStore {
                 .arg(v.origin)
                 .arg(cap)
                 .arg(if ejects(v.state) { "1" } else { "0" });
-            inv.invoke(con)
+            let seq = inv.invoke(con)?;
+            self.inner.replicated(con).map(|()| seq)
         })?;
         Ok(seq > 0)
     }
 
     fn verdicts(&self, since: u64) -> StoreResult<(Vec<Verdict>, u64)> {
-        let answer: Vec<String> = self.inner.with(|con| self.inner.scripts.verdicts.arg(&self.inner.prefix).arg(since).invoke(con))?;
+        let answer: Vec<String> =
+            self.inner.with(|con| self.inner.scripts.verdicts.key(&self.inner.prefix).arg(&self.inner.prefix).arg(since).invoke(con))?;
         let [now, last, rest @ ..] = answer.as_slice() else { return Err(bad("verdicts")) };
         let now: f64 = now.parse().map_err(|_| bad("verdicts"))?;
         let last: u64 = last.parse().map_err(|_| bad("verdicts"))?;
@@ -518,7 +677,7 @@ impl Store for RedisStore {
     fn counts(&self, exits: &[&str]) -> StoreResult<Vec<ExitCounts>> {
         let answer: Vec<String> = self.inner.with(|con| {
             let mut inv = self.inner.scripts.counts.prepare_invoke();
-            inv.arg(&self.inner.prefix);
+            inv.key(&self.inner.prefix).arg(&self.inner.prefix);
             for e in exits {
                 inv.arg(*e);
             }
