@@ -41,6 +41,8 @@ pub enum EventKind {
     /// A probe saw a gateway slot present a new IP within one token's lifetime: the provider
     /// did not hold the session's exit.
     StickyBroken,
+    /// A site answered an exit 429: that (exit, site) pair's learned rate was cut (pacing).
+    PaceDecreased,
 }
 
 impl EventKind {
@@ -69,6 +71,7 @@ impl EventKind {
             EventKind::GatewayCredentialsRejected => "gateway_credentials_rejected",
             EventKind::TokenRotated => "token_rotated",
             EventKind::StickyBroken => "sticky_broken",
+            EventKind::PaceDecreased => "pace_decreased",
         }
     }
 }

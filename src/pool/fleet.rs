@@ -341,6 +341,7 @@ impl State {
                     && !avoid.contains(&h)
                     && self.exits[h as usize].active < max_leases
                     && self.board.admits(h, site, now) == Admit::Yes
+                    && self.pacer.wait(site, h, now) == 0.0
             })
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);

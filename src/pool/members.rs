@@ -3,6 +3,7 @@
 
 use super::state::ExitSlot;
 use crate::health::{Admit, HealthBoard};
+use crate::pacing::Row;
 use crate::select::Members;
 
 /// The view's members as the selection strategies see them.
@@ -12,6 +13,8 @@ pub(super) struct ViewMembers<'a> {
     pub(super) max_leases: u32,
     pub(super) last_used: &'a [f64],
     pub(super) board: &'a HealthBoard,
+    /// The site's request budgets, if it is paced: an exit without budget is passed over.
+    pub(super) pace: Option<&'a Row>,
     pub(super) site: u32,
     pub(super) now: f64,
 }
@@ -74,7 +77,8 @@ impl Members for ViewMembers<'_> {
     }
     #[inline]
     fn suits(&self, m: usize) -> bool {
-        self.board.site_admits(self.members[m], self.site, self.now) == Admit::Yes
+        let h = self.members[m];
+        self.board.site_admits(h, self.site, self.now) == Admit::Yes && self.pace.is_none_or(|r| r.admits(h, self.now))
     }
     #[inline]
     fn capacity(&self, m: usize) -> u32 {
