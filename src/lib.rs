@@ -64,5 +64,7 @@ pub use proxy_list::parse as parse_proxy_list;
 pub use proxy_syntax::Scheme;
 pub use ring::{check_capacities, Ring, DEFAULT_REPLICAS, DEFAULT_SALT, MAX_POINTS, MAX_REPLICAS};
 pub use select::Strategy;
-pub use store::{flush_all, open as open_store, ExitCounts, MemoryStore, RedisStore, Store, StoreError, StoreResult, Take, Taken, Verdict};
+pub use store::{
+    flush_all, open as open_store, ExitCounts, MemoryStore, Pace, RedisStore, Store, StoreError, StoreResult, Take, Taken, Verdict,
+};
 pub use warmup::WarmupConfig;

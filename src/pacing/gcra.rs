@@ -19,6 +19,19 @@ pub const DECREASE: f64 = 0.5;
 /// The learned rate never goes below the configured one divided by this.
 pub const FLOOR_DIVISOR: f64 = 32.0;
 
+/// Seconds until a request fits a GCRA whose theoretical arrival time is `tat`, with
+/// emission interval `t` and burst tolerance `tau` (0: it fits now). The one rule, shared by
+/// the pool and the in-process store (the Redis script has it in Lua).
+#[inline]
+pub fn wait_at(tat: f64, t: f64, tau: f64, now: f64) -> f64 {
+    let over = tat.max(now) + t - tau - now;
+    if over <= SLACK {
+        0.0
+    } else {
+        over
+    }
+}
+
 /// The budget of one (exit, site) pair and the rate it has learned.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gcra {
@@ -38,7 +51,7 @@ impl Gcra {
 
     /// The emission interval `T` and the burst tolerance `tau` at the learned rate.
     #[inline]
-    fn interval(&self, limit: Rate) -> (f64, f64) {
+    pub fn interval(&self, limit: Rate) -> (f64, f64) {
         let t = 1.0 / self.rate;
         (t, limit.period.max(t))
     }
@@ -47,12 +60,7 @@ impl Gcra {
     #[inline]
     pub fn wait(&self, limit: Rate, now: f64) -> f64 {
         let (t, tau) = self.interval(limit);
-        let over = self.tat.max(now) + t - tau - now;
-        if over <= SLACK {
-            0.0
-        } else {
-            over
-        }
+        wait_at(self.tat, t, tau, now)
     }
 
     /// Spends one request's budget at `now` (whether or not it fit: the caller checked).

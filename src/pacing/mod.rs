@@ -11,7 +11,7 @@
 mod gcra;
 mod rate;
 
-pub use gcra::Gcra;
+pub use gcra::{wait_at, Gcra};
 pub use rate::Rate;
 
 use crate::error::Result;
@@ -73,6 +73,12 @@ impl Row {
             self.cells.resize(i + 1, Gcra::new(self.limit));
         }
         &mut self.cells[i]
+    }
+
+    /// Exit `h`'s emission interval and burst tolerance at the rate it learned: what a take
+    /// through a shared store spends.
+    pub fn spacing(&self, h: u32) -> (f64, f64) {
+        self.cells.get(h as usize).copied().unwrap_or_else(|| Gcra::new(self.limit)).interval(self.limit)
     }
 
     /// The pairs of this site that were used or learned something, by exit handle.

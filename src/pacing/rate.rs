@@ -25,15 +25,15 @@ impl Rate {
             _ => return Err(bad("has no unit of s, m or h after the '/'")),
         };
         let count: f64 = n.trim().parse().map_err(|_| bad("does not start with a number of requests"))?;
-        Rate::new(count, period).map_err(|_| bad("must be a finite number of requests > 0 per period, at most 1e9"))
+        Rate::new(count, period).map_err(|_| bad("must have a number of requests from 0.001 to 1e9"))
     }
 
     /// A rate of `count` per `period` seconds, both finite and positive.
     pub fn new(count: f64, period: f64) -> Result<Rate> {
-        if count.is_finite() && count > 0.0 && count <= 1e9 && period.is_finite() && period > 0.0 {
+        if count.is_finite() && (0.001..=1e9).contains(&count) && period.is_finite() && period > 0.0 {
             Ok(Rate { count, period })
         } else {
-            Err(Error::setting(&["pacing"], format!("{count}/{period} s is no rate: both must be finite and > 0")))
+            Err(Error::setting(&["pacing"], format!("{count}/{period} s is no rate: from 0.001 to 1e9 requests per a finite period > 0")))
         }
     }
 
@@ -74,10 +74,10 @@ mod tests {
             ("6", "is not a rate"),
             ("6/d", "no unit"),
             ("x/s", "does not start with a number"),
-            ("0/s", "must be a finite number"),
-            ("-1/s", "must be a finite number"),
-            ("nan/s", "must be a finite number"),
-            ("inf/m", "must be a finite number"),
+            ("0/s", "from 0.001 to 1e9"),
+            ("-1/s", "from 0.001 to 1e9"),
+            ("nan/s", "from 0.001 to 1e9"),
+            ("inf/m", "from 0.001 to 1e9"),
         ] {
             let e = Rate::parse("shop.example", text).unwrap_err().to_string();
             assert!(e.starts_with("pacing \"shop.example\": "), "{e}");
