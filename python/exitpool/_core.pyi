@@ -323,7 +323,11 @@ class Pool:
     ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
     ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
     next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
-    leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``.
+    leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``. ``pacing``
+    (``{"shop.example": "6/s", "*": "2/s"}``) gives each (exit, site) pair a request budget:
+    a lease goes to an exit with budget for its site or waits for one (within ``timeout``;
+    else :class:`Cooling` with ``retry_after``), and a 429 halves the pair's learned rate
+    (docs/pacing.md).
     """
 
     def __new__(
@@ -346,6 +350,7 @@ class Pool:
         calibrate: bool = False,
         store: Optional[str] = None,
         namespace: str = "exitpool",
+        pacing: Optional[Mapping[str, str]] = None,
     ) -> Pool: ...
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], **overrides: Any) -> Pool:
