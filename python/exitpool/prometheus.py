@@ -285,7 +285,9 @@ class PoolCollector:
         # Pacing (``Pool(pacing=...)``): only the sites it names have series, so they are there
         # whatever ``per_site`` says; pairs are bounded by ``max_exits`` and ``max_cells``.
         gauge("exit_site_pace_rate", "Learned request rate of the exit on a paced site, requests per second.", ["exit", "site"])
-        gauge("exit_site_pace_ceiling", "Configured request rate of a paced site (the learned rate's ceiling), per second.", ["exit", "site"])
+        gauge(
+            "exit_site_pace_ceiling", "Configured request rate of a paced site (the learned rate's ceiling), per second.", ["exit", "site"]
+        )
         gauge("exit_site_pace_tokens", "Requests the exit may send to the paced site now, at once.", ["exit", "site"])
         return f
 

@@ -47,9 +47,9 @@ impl Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let unit = match self.period {
-            p if p == 1.0 => "s",
-            p if p == 60.0 => "m",
-            p if p == 3600.0 => "h",
+            1.0 => "s",
+            60.0 => "m",
+            3600.0 => "h",
             p => return write!(f, "{}/{p}s", self.count),
         };
         write!(f, "{}/{unit}", self.count)

@@ -205,7 +205,7 @@ def _pacing_table(w: Callable[[str], Any], snapshot: Mapping[str, Any]) -> None:
     if not pairs:
         return
     esc = html.escape
-    w("<h2>Pacing: each exit's learned rate per paced site</h2><table class=\"exits\"><thead><tr>")
+    w('<h2>Pacing: each exit\'s learned rate per paced site</h2><table class="exits"><thead><tr>')
     w("".join(f"<th>{c}</th>" for c in ("exit", "site", "learned", "configured", "budget now", "next in")))
     w("</tr></thead><tbody>")
     for p in pairs:

@@ -208,7 +208,12 @@ def _pacing_table(con: Any, snapshot: Mapping[str, Any], Table: Any, Text: Any, 
         table.add_column(name)
     for p in cut[:TERMINAL_PACED]:
         table.add_row(
-            str(p.get("exit_id")), str(p.get("site")), f"{_num(p.get('rate')) or 0.0:.3g}/s", str(p.get("configured")), str(_int(p.get("tokens"))), _secs(p.get("next_free"))
+            str(p.get("exit_id")),
+            str(p.get("site")),
+            f"{_num(p.get('rate')) or 0.0:.3g}/s",
+            str(p.get("configured")),
+            str(_int(p.get("tokens"))),
+            _secs(p.get("next_free")),
         )
     con.print(table)
 
