@@ -10,10 +10,13 @@ import time
 import pytest
 
 import exitpool
+import test_fleet
 from exitpool import Cooling, Exit, InvalidInput, ManualClock, Pool
-from redis_server import RedisServer
 
 SITE = "shop.example"
+
+#: The fleet tests' store fixture: the in-process store, then a real redis-server of the test's own.
+store = test_fleet.store
 
 
 def exits(n: int) -> list:
@@ -189,16 +192,6 @@ def test_without_pacing_the_snapshot_lists_none():
         lease.report(status=429)
     assert pool.snapshot()["pacing"] == []
     assert not [e for e in pool.events() if e["kind"] == "pace_decreased"]
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield f"memory://{tmp_path.name}"
-        return
-    server = RedisServer(tmp_path).start()
-    yield server.url
-    server.stop()
 
 
 def test_pools_sharing_a_namespace_share_the_budget(store):
