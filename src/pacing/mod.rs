@@ -2,7 +2,7 @@
 //! configured per site and learned from the site's answers, so that a lease goes to an exit
 //! with budget for its site, or waits, instead of sending into a 429.
 //!
-//! A pool without pacing pays one bounds check per pick (`Pacer::row` on an empty table).
+//! A pool without pacing has no `Pacer` at all: its leases read one `None` per hook.
 //! A site is paced when the configuration names it or has a `"*"` entry; a site it does not
 //! cover is never paced, whatever it answers (its 429s cool the exit as before: health's
 //! `rate_limit_cooldown`). Learning starts from the configured rate and only goes down from
@@ -140,8 +140,9 @@ impl Pacer {
         self.row(site).map_or(0.0, |r| r.wait(h, now))
     }
 
-    /// A lease of exit `h` for `site` spends one request of its budget.
-    #[inline]
+    /// A lease of exit `h` for `site` spends one request of its budget. Out of line: only a
+    /// paced pool calls it, and the unpaced lease path stays as small as it was.
+    #[inline(never)]
     pub fn take(&mut self, site: u32, h: u32, now: f64) {
         if let Some(r) = self.row_mut(site) {
             let limit = r.limit;
@@ -150,8 +151,8 @@ impl Pacer {
     }
 
     /// Learns from a report on exit `h` for `site`: a success raises the pair's rate, a 429
-    /// (with its `Retry-After`) cuts it. Returns the cut, if there was one.
-    #[inline]
+    /// (with its `Retry-After`) cuts it. Returns the cut, if there was one. Out of line, as `take`.
+    #[inline(never)]
     pub fn report(&mut self, site: u32, h: u32, report: &Report, now: f64) -> Option<Cut> {
         let r = self.row_mut(site)?;
         let limit = r.limit;

@@ -339,7 +339,7 @@ impl State {
     /// With `site` paced: each candidate's spacing at the rate this worker learned for it, for
     /// the store to spend the fleet's budget by. Empty (no allocation) when it is not paced.
     pub(super) fn spacing(&self, site: u32, candidates: &[Arc<Exit>]) -> Vec<(f64, f64)> {
-        let Some(row) = self.pacer.row(site) else { return Vec::new() };
+        let Some(row) = self.pacer.as_ref().and_then(|p| p.row(site)) else { return Vec::new() };
         candidates.iter().map(|e| self.by_id.get(&e.id).map_or_else(|| row.spacing(u32::MAX), |&h| row.spacing(h))).collect()
     }
 
@@ -356,7 +356,7 @@ impl State {
                     && !avoid.contains(&h)
                     && self.exits[h as usize].active < max_leases
                     && self.board.admits(h, site, now) == Admit::Yes
-                    && self.pacer.wait(site, h, now) == 0.0
+                    && self.pace_wait(site, h, now) == 0.0
             })
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);

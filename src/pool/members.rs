@@ -13,17 +13,18 @@ pub(super) struct ViewMembers<'a> {
     pub(super) max_leases: u32,
     pub(super) last_used: &'a [f64],
     pub(super) board: &'a HealthBoard,
-    /// The site's request budgets, if it is paced: an exit without budget is passed over.
-    pub(super) pace: Option<&'a Row>,
     pub(super) site: u32,
     pub(super) now: f64,
 }
 
-/// A view's members less the exits a keyless retry must pass over. A type of its own, so the
-/// common pick, with nothing to avoid, runs the strategies exactly as it did without it.
+/// A view's members less the exits a keyless retry must pass over, and, for a paced site,
+/// less those without budget for it (for this pick only). A type of its own, so the common
+/// pick, with nothing to avoid and no pacing, runs the strategies exactly as it did without it.
 pub(super) struct Avoiding<'a> {
     pub(super) inner: ViewMembers<'a>,
     pub(super) avoid: &'a [u32],
+    /// The site's request budgets, if it is paced.
+    pub(super) pace: Option<&'a Row>,
 }
 
 impl Members for Avoiding<'_> {
@@ -37,7 +38,7 @@ impl Members for Avoiding<'_> {
         self.inner.serving(m)
     }
     fn suits(&self, m: usize) -> bool {
-        self.inner.suits(m)
+        self.inner.suits(m) && self.pace.is_none_or(|r| r.admits(self.inner.members[m], self.inner.now))
     }
     fn avoided(&self, m: usize) -> bool {
         self.avoid.contains(&self.inner.members[m])
@@ -77,8 +78,7 @@ impl Members for ViewMembers<'_> {
     }
     #[inline]
     fn suits(&self, m: usize) -> bool {
-        let h = self.members[m];
-        self.board.site_admits(h, self.site, self.now) == Admit::Yes && self.pace.is_none_or(|r| r.admits(h, self.now))
+        self.board.site_admits(self.members[m], self.site, self.now) == Admit::Yes
     }
     #[inline]
     fn capacity(&self, m: usize) -> u32 {

@@ -135,7 +135,7 @@ impl Pool {
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
         let (sessions, pairings) = (Sessions::bounded(cfg.max_sessions), Pairings::bounded(cfg.max_pairings));
-        let pacer = crate::pacing::Pacer::new(cfg.pacing.clone());
+        let pacer = (!cfg.pacing.is_empty()).then(|| Box::new(crate::pacing::Pacer::new(cfg.pacing.clone())));
         let mut state = State {
             cfg,
             exits: slots,

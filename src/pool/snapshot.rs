@@ -464,7 +464,7 @@ impl State {
     /// The paced pairs of the `listed` exits (ascending handles) that were used or learned.
     fn pace_records(&self, listed: &[u32], now: f64) -> Vec<PaceRecord> {
         let mut out = Vec::new();
-        for (site, row) in self.pacer.rows() {
+        for (site, row) in self.pacer.iter().flat_map(|p| p.rows()) {
             for (h, g) in row.cells().filter(|(h, _)| listed.binary_search(h).is_ok()) {
                 out.push(PaceRecord {
                     exit_id: self.exits[h as usize].exit.id.clone(),

@@ -178,8 +178,9 @@ pub(super) struct State {
     pub(super) sites: HashMap<Box<str>, u32>,
     pub(super) site_names: Vec<Box<str>>,
     pub(super) board: HealthBoard,
-    /// Each paced site's (exit, site) request budgets (see `crate::pacing`).
-    pub(super) pacer: Pacer,
+    /// Each paced site's (exit, site) request budgets (see `crate::pacing`); `None` without
+    /// `pacing`, so that an unpaced pool's lease reads one word for it.
+    pub(super) pacer: Option<Box<Pacer>>,
     /// Per site, per exit handle: when it last served that site (for `lru`).
     pub(super) last_used: Vec<Vec<f64>>,
     pub(super) rng: SmallRng,
@@ -429,7 +430,9 @@ impl State {
         self.site_names.push(site.into());
         self.last_used.push(Vec::new());
         self.board.ensure_site(id);
-        self.pacer.site_added(id, site);
+        if let Some(p) = &mut self.pacer {
+            p.site_added(id, site);
+        }
         id
     }
 
@@ -488,7 +491,7 @@ impl State {
     /// With the site paced: the soonest a member that could serve but for its budget (not
     /// full, in service, not avoided) has budget again, if any is held back by pacing alone.
     fn soonest_budget(&self, view: u32, site: u32, avoid: &[u32], now: f64) -> Option<f64> {
-        let row = self.pacer.row(site)?;
+        let row = self.pacer.as_ref()?.row(site)?;
         let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
         self.views[view as usize]
             .members
@@ -598,7 +601,7 @@ impl State {
                         break 'keyed Err(Refusal::Full);
                     }
                     // Paced: the key waits for its exit's budget; it never moves for it.
-                    let wait = self.pacer.wait(site, h, now);
+                    let wait = self.pace_wait(site, h, now);
                     if wait > 0.0 {
                         break 'keyed Err(Refusal::Cooling { wait, why: PACED_ONE });
                     }
@@ -619,14 +622,14 @@ impl State {
                 }
                 let State { views, exits, last_used, rng, cfg, board, pacer, .. } = self;
                 let v = &mut views[view as usize];
-                let pace = pacer.row(site);
+                let pace = pacer.as_deref().and_then(|p| p.row(site));
                 let members =
-                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, pace, site, now };
+                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
                 let cx = Context { site, readmissions: board.readmissions, lru: lru.then_some((now, cfg.cooldown)) };
-                let picked = if avoid.is_empty() {
+                let picked = if avoid.is_empty() && pace.is_none() {
                     v.selector.pick(strategy, &members, rng, cx)
                 } else {
-                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, cx)
+                    v.selector.pick(strategy, &Avoiding { inner: members, avoid, pace }, rng, cx)
                 };
                 let m = match picked {
                     Ok(m) => m,
@@ -760,9 +763,16 @@ impl State {
     /// credential in the event: the exit by id, the site by name, the rates.
     #[inline]
     pub(super) fn pace_learned(&mut self, h: u32, site: u32, report: &crate::outcome::Report, now: f64) {
-        if let Some(cut) = self.pacer.report(site, h, report, now) {
+        let Some(p) = &mut self.pacer else { return };
+        if let Some(cut) = p.report(site, h, report, now) {
             self.pace_cut(h, site, cut, report.retry_after, now);
         }
+    }
+
+    /// Seconds until exit `h` may send to `site` (0: now, or not paced).
+    #[inline]
+    pub(super) fn pace_wait(&self, site: u32, h: u32, now: f64) -> f64 {
+        self.pacer.as_ref().map_or(0.0, |p| p.wait(site, h, now))
     }
 
     #[cold]
@@ -783,7 +793,9 @@ impl State {
     #[inline]
     pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
         self.board.gate_pass(site, now);
-        self.pacer.take(site, h, now);
+        if let Some(p) = &mut self.pacer {
+            p.take(site, h, now);
+        }
         let state = self.board.state(h, Some(site));
         let trial = self.board.on_lease(h, site);
         let slot = &mut self.exits[h as usize];
