@@ -140,9 +140,8 @@ impl Pacer {
         self.row(site).map_or(0.0, |r| r.wait(h, now))
     }
 
-    /// A lease of exit `h` for `site` spends one request of its budget. Out of line: only a
-    /// paced pool calls it, and the unpaced lease path stays as small as it was.
-    #[inline(never)]
+    /// A lease of exit `h` for `site` spends one request of its budget.
+    #[inline]
     pub fn take(&mut self, site: u32, h: u32, now: f64) {
         if let Some(r) = self.row_mut(site) {
             let limit = r.limit;
@@ -151,8 +150,8 @@ impl Pacer {
     }
 
     /// Learns from a report on exit `h` for `site`: a success raises the pair's rate, a 429
-    /// (with its `Retry-After`) cuts it. Returns the cut, if there was one. Out of line, as `take`.
-    #[inline(never)]
+    /// (with its `Retry-After`) cuts it. Returns the cut, if there was one.
+    #[inline]
     pub fn report(&mut self, site: u32, h: u32, report: &Report, now: f64) -> Option<Cut> {
         let r = self.row_mut(site)?;
         let limit = r.limit;

@@ -431,7 +431,9 @@ impl Pool {
                 let in_service = st.views[0].members.len() as u32;
                 let jitter = st.rng.random::<f64>();
                 st.board.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
-                st.pace_learned(rec.exit, rec.site, report, now);
+                if st.pacer.is_some() {
+                    st.pace_learned(rec.exit, rec.site, report, now);
+                }
                 if rec.remote != 0 {
                     remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
                 }

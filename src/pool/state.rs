@@ -601,9 +601,10 @@ impl State {
                         break 'keyed Err(Refusal::Full);
                     }
                     // Paced: the key waits for its exit's budget; it never moves for it.
-                    let wait = self.pace_wait(site, h, now);
-                    if wait > 0.0 {
-                        break 'keyed Err(Refusal::Cooling { wait, why: PACED_ONE });
+                    if self.pacer.is_some() {
+                        if let Some(refusal) = self.session_paced(site, h, now) {
+                            break 'keyed Err(refusal);
+                        }
                     }
                     Ok((h, choice))
                 };
@@ -761,11 +762,32 @@ impl State {
 
     /// Learns the (exit, site) pair's rate from a report, and announces a cut. No
     /// credential in the event: the exit by id, the site by name, the rates.
-    #[inline]
+    ///
+    /// Out of line, as every pacing hook of the lease path: a pool without pacing pays for
+    /// each one test of `pacer`, and the functions it sits in keep their size (and inlining).
+    #[cold]
+    #[inline(never)]
     pub(super) fn pace_learned(&mut self, h: u32, site: u32, report: &crate::outcome::Report, now: f64) {
         let Some(p) = &mut self.pacer else { return };
         if let Some(cut) = p.report(site, h, report, now) {
             self.pace_cut(h, site, cut, report.retry_after, now);
+        }
+    }
+
+    /// A keyed lease's refusal while its exit has no budget for the site.
+    #[cold]
+    #[inline(never)]
+    fn session_paced(&self, site: u32, h: u32, now: f64) -> Option<Refusal> {
+        let wait = self.pace_wait(site, h, now);
+        (wait > 0.0).then_some(Refusal::Cooling { wait, why: PACED_ONE })
+    }
+
+    /// A lease of exit `h` for `site` spends one request of the pair's budget.
+    #[cold]
+    #[inline(never)]
+    fn pace_take(&mut self, site: u32, h: u32, now: f64) {
+        if let Some(p) = &mut self.pacer {
+            p.take(site, h, now);
         }
     }
 
@@ -793,8 +815,8 @@ impl State {
     #[inline]
     pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
         self.board.gate_pass(site, now);
-        if let Some(p) = &mut self.pacer {
-            p.take(site, h, now);
+        if self.pacer.is_some() {
+            self.pace_take(site, h, now);
         }
         let state = self.board.state(h, Some(site));
         let trial = self.board.on_lease(h, site);
