@@ -2,7 +2,8 @@
 //! wait for a slot when every candidate is at `max_leases`.
 //!
 //! A binding makes its first attempt itself (`Pool::try_acquire_avoiding`, the hot path) and
-//! comes here only when that attempt was refused as full.
+//! comes here only when that attempt was refused as full, or for pacing with a wait that fits
+//! in its timeout ([`waits_for`]).
 
 use crate::error::{Error, Result};
 use crate::pool::{Grant, Pool, Refusal};
@@ -52,7 +53,17 @@ impl WaitStart {
     }
 }
 
-/// Waits for a slot after a first attempt was refused as full: attempts in slices of at most
+/// Whether a first refusal is one [`wait_for_slot`] waits out within `timeout`: every exit
+/// full, or held back by pacing for less than the timeout (budget frees by time alone).
+#[inline]
+pub fn waits_for(refusal: &Refusal, timeout: Option<f64>) -> bool {
+    match refusal {
+        Refusal::Full => true,
+        r => r.paced().is_some_and(|w| Duration::try_from_secs_f64(w).is_ok_and(|w| w <= wait_budget(timeout))),
+    }
+}
+
+/// Waits for a slot after a first attempt was refused as full (or paced, see [`waits_for`]): attempts in slices of at most
 /// [`INTERRUPT_CHECK`], calling `interrupted` between them, until granted (the wait counted),
 /// refused for a reason waiting cannot fix, or `timeout` passes (`Err(Refusal::Full)`).
 /// An error from `interrupted` ends the wait at once and is returned as is.
@@ -78,6 +89,11 @@ pub fn wait_for_slot<E>(
         }
         match pool.acquire_within_avoiding(view, key, site, avoid, left.min(INTERRUPT_CHECK)) {
             Err(Refusal::Full) => interrupted()?,
+            // Paced beyond this slice but within the whole wait: sleep a slice and look again.
+            Err(r) if r.paced().is_some_and(|w| w < left.as_secs_f64()) => {
+                interrupted()?;
+                std::thread::sleep(Duration::from_secs_f64(r.paced().unwrap_or(0.0)).min(INTERRUPT_CHECK));
+            }
             Ok(grant) => {
                 start.granted(pool);
                 return Ok(Ok(grant));

@@ -55,6 +55,8 @@ pub enum EventKind {
     StateDiscarded,
     /// `state=`: a save failed (the pool carries on; the next save tries again).
     StateSaveFailed,
+    /// A site answered an exit 429: that (exit, site) pair's learned rate was cut (pacing).
+    PaceDecreased,
 }
 
 impl EventKind {
@@ -90,6 +92,7 @@ impl EventKind {
             EventKind::StateNew => "state_new",
             EventKind::StateDiscarded => "state_discarded",
             EventKind::StateSaveFailed => "state_save_failed",
+            EventKind::PaceDecreased => "pace_decreased",
         }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Module dependencies run one way, without cycles: `seed`, `hash`, `events` and
 //! `proxy_syntax` use no other module; `mask` uses `proxy_syntax`; `error` uses `mask`; the
-//! rest build on those; `store` uses `health`; `pool` uses everything but the proxy parsers;
+//! rest build on those; `store` uses `health`; `pacing` uses `outcome`; `pool` uses everything but the proxy parsers;
 //! `acquire` (waiting for a slot) builds on `pool`.
 
 mod acquire;
@@ -23,6 +23,7 @@ mod lease;
 mod mask;
 mod metrics;
 mod outcome;
+mod pacing;
 mod persist;
 mod pool;
 mod prefetch;
@@ -39,7 +40,7 @@ mod warmup;
 #[cfg(feature = "python")]
 mod py;
 
-pub use acquire::{avoid_list, wait_budget, wait_for_slot, WaitStart, INTERRUPT_CHECK};
+pub use acquire::{avoid_list, wait_budget, wait_for_slot, waits_for, WaitStart, INTERRUPT_CHECK};
 pub use clock::{check_wait, Clock, ManualClock, SystemClock};
 pub use config_file::{dotted, ConfigFile, ExitTable, Located, Seg, Settings, Warmup};
 pub use error::{Error, Result, Setting};
@@ -53,15 +54,18 @@ pub use lease::LeaseId;
 pub use mask::{mask_raw, scrub, MASK};
 pub use metrics::Tally;
 pub use outcome::{ErrorKind, Outcome, Report, BLOCK_STATUSES};
+pub use pacing::{PacingConfig, Rate};
 pub use pool::{
     after_fork, before_fork, check_max_keys, check_max_leases, Cell, Choice, Config, Counts, EventRecord, ExitRecord, GatewayRecord, Grant,
-    GroupFigures, Member, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, SlotToken, Snapshot, SnapshotDocument, Update,
-    COOLING, DEFAULT_MAX_KEYS, RENEW_SLACK, TOKEN_ROTATED,
+    GroupFigures, Member, PaceRecord, Pool, PoolFigures, Recalibration, Refusal, Selection, SiteRecord, SlotToken, Snapshot,
+    SnapshotDocument, Update, COOLING, DEFAULT_MAX_KEYS, RENEW_SLACK, TOKEN_ROTATED,
 };
 pub use proxy::ProxyUrl;
 pub use proxy_list::parse as parse_proxy_list;
 pub use proxy_syntax::Scheme;
 pub use ring::{check_capacities, Ring, DEFAULT_REPLICAS, DEFAULT_SALT, MAX_POINTS, MAX_REPLICAS};
 pub use select::Strategy;
-pub use store::{flush_all, open as open_store, ExitCounts, MemoryStore, RedisStore, Store, StoreError, StoreResult, Take, Taken, Verdict};
+pub use store::{
+    flush_all, open as open_store, ExitCounts, MemoryStore, Pace, RedisStore, Store, StoreError, StoreResult, Take, Taken, Verdict,
+};
 pub use warmup::WarmupConfig;

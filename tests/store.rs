@@ -2,7 +2,7 @@
 //! `redis-server` (started here on a free loopback port) whose clock is its own, so its run
 //! waits out short TTLs for real.
 
-use exitpool::{ManualClock, MemoryStore, Outcome, RedisStore, State, Store, Take, Taken, Verdict, WarmupConfig};
+use exitpool::{ManualClock, MemoryStore, Outcome, Pace, RedisStore, State, Store, Take, Taken, Verdict, WarmupConfig};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -83,7 +83,18 @@ fn redis() -> Subject {
 }
 
 fn take<'a>(key: Option<&'a str>, candidates: &'a [&'a str], max: Option<u32>) -> Take<'a> {
-    Take { key, candidates, max_leases: max, lease_ttl: 60.0, session_ttl: 60.0, renew: true, warmup: None, generation: 0, rebind: false }
+    Take {
+        key,
+        candidates,
+        max_leases: max,
+        lease_ttl: 60.0,
+        session_ttl: 60.0,
+        renew: true,
+        warmup: None,
+        generation: 0,
+        rebind: false,
+        pace: None,
+    }
 }
 
 fn granted(t: Taken) -> (String, u64) {
@@ -126,7 +137,34 @@ suite!(
     a_session_unrenewed_keeps_its_expiry_and_a_new_one_is_made_anyway,
     a_session_of_an_older_token_ends_once_for_every_worker,
     a_rebinding_gateway_moves_its_session_to_the_new_token,
+    pacing_budgets_are_shared_by_every_worker,
 );
+
+fn pacing_budgets_are_shared_by_every_worker(s: Subject) {
+    let (st, peer) = (&s.store, (s.peer)());
+    // "4/s" on both exits: an interval of 0.25 s, a burst of four.
+    let spacing = [(0.25, 1.0), (0.25, 1.0)];
+    let paced =
+        |key, c: &'static [&'static str], site| Take { pace: Some(Pace { site, spacing: &spacing[..c.len()] }), ..take(key, c, None) };
+    for i in 0..4 {
+        let worker = if i % 2 == 0 { st } else { &peer };
+        granted(worker.take(&paced(None, &["a"], "shop.example")).unwrap());
+    }
+    // Spent fleet-wide: a keyless take moves on to the next candidate, a lone one waits.
+    assert_eq!(granted(peer.take(&paced(None, &["a", "b"], "shop.example")).unwrap()).0, "b");
+    match st.take(&paced(None, &["a"], "shop.example")).unwrap() {
+        Taken::Paced { exit, wait } => assert!(exit == "a" && wait > 0.0 && wait <= 0.251, "{exit} {wait}"),
+        other => panic!("expected a pacing wait, got {other:?}"),
+    }
+    // A key waits for its exit's budget: nothing taken, no session bound elsewhere.
+    assert!(matches!(peer.take(&paced(Some("acct"), &["a"], "shop.example")).unwrap(), Taken::Paced { .. }));
+    assert_eq!(st.session("acct").unwrap(), None);
+    // Another site's budget, and an unpaced take, are untouched.
+    granted(st.take(&paced(None, &["a"], "other.example")).unwrap());
+    granted(st.take(&take(None, &["a"], None)).unwrap());
+    (s.advance)(0.26);
+    granted(peer.take(&paced(Some("acct"), &["a"], "shop.example")).unwrap());
+}
 
 fn a_hand_back_frees_its_slot_without_waiting(s: Subject) {
     let st = &s.store;

@@ -51,6 +51,7 @@ def test_docs_examples_cover_the_manual():
     assert {
         "quickstart.md",
         "sessions-and-leases.md",
+        "pacing.md",
         "gateways.md",
         "observability.md",
         "configuration.md",

@@ -71,7 +71,7 @@ def busy_pool() -> Pool:
     an exit, and identities served for a recalibration."""
     clock = ManualClock(1000.0)
     exits = [Exit(f"e{i}", f"http://user:pw@gw.example:{8000 + i}", ip=f"10.0.0.{i + 1}", tags={"id": f"e{i}"}) for i in range(3)]
-    pool = Pool(exits, clock=clock, strategy="round_robin", calibrate=True, max_leases=1, health={"jitter": 0})
+    pool = Pool(exits, clock=clock, strategy="round_robin", calibrate=True, max_leases=1, health={"jitter": 0}, pacing={NEWS: "100/s"})
     for n in range(6):
         lease = pool.acquire(f"k{n}", site=NEWS, timeout=0)
         pool.release(lease, status=200, latency=0.1)
@@ -115,6 +115,7 @@ def test_every_typeddict_is_one_the_core_fills():
         "TagGroup",
         "Event",
         "Recalibration",
+        "PacedPair",
         "UpdateSummary",
     }
 

@@ -320,12 +320,17 @@ class Pool:
     ``sessions_evicted`` / ``pairings_evicted`` event; ``None`` lifts the bound. ``clock``
     replaces time for tests; ``seed`` makes ``p2c`` reproducible; ``cooldown`` is the ``lru``
     per-site cooldown. ``store`` (``"memory://NAME"``,
-    ``"redis://host:6379/0"``) shares the pool's state with every pool on that store and
+    ``"redis://host:6379/0"``, ``"redis+sentinel://h1:26379,h2:26379/MASTER"``,
+    ``"redis+cluster://h1:7000,h2:7001"``; docs/fleet.md) shares the pool's state with every pool on that store and
     ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
     next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
     leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``. ``state`` (a
     path; in-process pools only) resumes health, cooldowns, warm-up pairings and sessions from
     that file and saves them there every ``state_interval`` seconds and on ``close()``.
+    ``pacing`` (``{"shop.example": "6/s", "*": "2/s"}``) gives each (exit, site) pair a request budget:
+    a lease goes to an exit with budget for its site or waits for one (within ``timeout``;
+    else :class:`Cooling` with ``retry_after``), and a 429 halves the pair's learned rate
+    (docs/pacing.md).
     """
 
     def __new__(
@@ -350,6 +355,7 @@ class Pool:
         namespace: str = "exitpool",
         state: Union[None, str, os.PathLike[str]] = None,
         state_interval: float = 30.0,
+        pacing: Optional[Mapping[str, str]] = None,
     ) -> Pool: ...
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], **overrides: Any) -> Pool:

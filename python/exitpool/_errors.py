@@ -66,5 +66,6 @@ class WarmingUp(_RetryLater):
 
 
 class Cooling(_RetryLater):
-    """Keyless ``lru``: every exit used this site within the cooldown; retry after
-    ``retry_after`` seconds."""
+    """Slow down for this site; retry after ``retry_after`` seconds. Raised when every exit
+    used the site within the ``lru`` cooldown, was rate-limited by it (a 429), or (with
+    ``pacing=``) has no request budget left for it within the lease's ``timeout``."""

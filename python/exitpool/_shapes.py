@@ -264,6 +264,28 @@ class Snapshot(TypedDict):
     exits without it); else None."""
     gateways: List[GatewaySnapshot]
     """Every gateway, in the order given to the pool, whichever exits are listed."""
+    pacing: List[PacedPair]
+    """The listed exits' paced (exit, site) pairs, by site then exit; empty without ``pacing=``."""
+
+
+class PacedPair(TypedDict):
+    """One paced (exit, site) pair that has been leased or has learned something (see
+    docs/pacing.md)."""
+
+    exit_id: str
+    site: str
+    configured: str
+    """The site's configured rate as written, e.g. ``"6/s"``: the ceiling learning climbs to."""
+    ceiling: float
+    """The configured rate in requests per second."""
+    rate: float
+    """The learned rate in requests per second: halved by a 429, raised by successes."""
+    floor: float
+    """The lowest rate learning goes to (the ceiling / 32)."""
+    tokens: int
+    """Requests that fit now, at once."""
+    next_free: float
+    """Seconds until the next request fits (0: now)."""
 
 
 #: One item of ``Pool.events()`` (and of what ``Pool.on_event`` callbacks get). Written the
@@ -278,7 +300,8 @@ Event = TypedDict(
         # warming_up, benched, unbenched, recalibrated, exit_drifted, probe_failed,
         # store_unavailable, store_rejoined, sessions_evicted, pairings_evicted, gateway_down,
         # gateway_up, gateway_credentials_rejected, token_rotated, sticky_broken, panic, exits_updated,
-        # exits_reload_failed, state_resumed, state_new, state_discarded, state_save_failed
+        # exits_reload_failed, state_resumed, state_new, state_discarded, state_save_failed,
+        # pace_decreased
         "kind": str,
         "exit_id": Optional[str],
         "site": Optional[str],

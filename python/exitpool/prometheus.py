@@ -172,6 +172,7 @@ class PoolCollector:
             self._tag_figures(f, snap, self._by_tag)
         if self._per_site:
             self._site_figures(f, snap, self._max_cells)
+        self._pace_figures(f, snap, self._max_cells)
         return iter(f.values())
 
     # -- the families ------------------------------------------------------------------------
@@ -281,6 +282,13 @@ class PoolCollector:
             gauge("exit_site_success_ratio", "Success ratio of the exit on the site over its last 64 reports.", ["exit", "site"])
             gauge("exit_site_captcha_ratio", "Captcha ratio of the exit on the site over its last 64 reports.", ["exit", "site"])
             counter("exit_site_quarantines", "Times the exit was quarantined for the site alone.", ["exit", "site"])
+        # Pacing (``Pool(pacing=...)``): only the sites it names have series, so they are there
+        # whatever ``per_site`` says; pairs are bounded by ``max_exits`` and ``max_cells``.
+        gauge("exit_site_pace_rate", "Learned request rate of the exit on a paced site, requests per second.", ["exit", "site"])
+        gauge(
+            "exit_site_pace_ceiling", "Configured request rate of a paced site (the learned rate's ceiling), per second.", ["exit", "site"]
+        )
+        gauge("exit_site_pace_tokens", "Requests the exit may send to the paced site now, at once.", ["exit", "site"])
         return f
 
     # -- filling them ------------------------------------------------------------------------
@@ -378,6 +386,14 @@ class PoolCollector:
             f["tag_leases"].add_metric([value], g["leases"])
             for outcome in OUTCOMES:
                 f["tag_outcomes"].add_metric([value, outcome], g["outcomes"].get(outcome, 0))
+
+    @staticmethod
+    def _pace_figures(f: Dict[str, _Family], snap: Snapshot, max_cells: int) -> None:
+        for pair in snap["pacing"][:max_cells]:
+            labels = [pair["exit_id"], pair["site"]]
+            f["exit_site_pace_rate"].add_metric(labels, pair["rate"])
+            f["exit_site_pace_ceiling"].add_metric(labels, pair["ceiling"])
+            f["exit_site_pace_tokens"].add_metric(labels, pair["tokens"])
 
     @staticmethod
     def _site_figures(f: Dict[str, _Family], snap: Snapshot, max_cells: int) -> None:

@@ -132,6 +132,8 @@ pub struct Settings {
     pub seed: Option<i128>,
     pub cooldown: Option<f64>,
     pub health: Option<HealthConfig>,
+    /// `[pacing]`: site = "rate", as `Pool(pacing=...)` (judged there).
+    pub pacing: Option<BTreeMap<String, String>>,
     pub calibrate: Option<bool>,
     pub store: Option<String>,
     pub namespace: Option<String>,

@@ -2,6 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::health::HealthConfig;
+use crate::pacing::PacingConfig;
 use crate::select::Strategy;
 use crate::warmup::WarmupConfig;
 
@@ -24,6 +25,8 @@ pub struct Config {
     pub max_sessions: Option<u32>,
     /// Warm-up pairings kept at most (`None`: no bound but the horizon).
     pub max_pairings: Option<u32>,
+    /// Request rates per site (`"*"`: every other site); empty, nothing is paced.
+    pub pacing: PacingConfig,
 }
 
 /// The default of both `max_sessions` and `max_pairings`. A million sessions take about
@@ -47,6 +50,7 @@ impl Default for Config {
             calibrate: false,
             max_sessions: Some(DEFAULT_MAX_KEYS),
             max_pairings: Some(DEFAULT_MAX_KEYS),
+            pacing: PacingConfig::default(),
         }
     }
 }

@@ -91,6 +91,21 @@ struct Document<'a> {
     store: Option<StoreDoc<'a>>,
     groups: Option<Groups<'a>>,
     gateways: Vec<GatewayDoc<'a>>,
+    pacing: Vec<PaceDoc<'a>>,
+}
+
+/// One paced (exit, site) pair: the configured rate (as written and per second), the
+/// learned one and its floor, and its budget now.
+#[derive(Serialize)]
+struct PaceDoc<'a> {
+    exit_id: &'a str,
+    site: &'a str,
+    configured: String,
+    ceiling: f64,
+    rate: f64,
+    floor: f64,
+    tokens: u32,
+    next_free: f64,
 }
 
 impl<'a> Document<'a> {
@@ -126,6 +141,20 @@ impl<'a> Document<'a> {
             }),
             groups: snap.groups.as_deref().map(Groups),
             gateways: snap.gateways.iter().map(GatewayDoc::new).collect(),
+            pacing: snap
+                .pacing
+                .iter()
+                .map(|p| PaceDoc {
+                    exit_id: &p.exit_id,
+                    site: &p.site,
+                    configured: p.limit.to_string(),
+                    ceiling: p.limit.per_second(),
+                    rate: p.rate,
+                    floor: crate::pacing::Gcra::floor(p.limit),
+                    tokens: p.tokens,
+                    next_free: p.next_free,
+                })
+                .collect(),
         }
     }
 }

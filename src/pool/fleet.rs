@@ -2,13 +2,14 @@
 //! with every pool on the same store. Every method here is the `Some(store)` side of the pool;
 //! without a store none of it runs.
 
+use super::grant::{PACED_ALL, PACED_ONE};
 use super::state::State;
 use super::{Choice, Grant, Pool, Refusal};
 use crate::events::EventKind;
 use crate::exit::Exit;
 use crate::fork::Mutex;
 use crate::health::{Admit, OutboxVerdict, Reason, State as Health, SITE_VERDICT};
-use crate::store::{ExitCounts, Store, StoreError, Take, Taken, Verdict};
+use crate::store::{ExitCounts, Pace, Store, StoreError, Take, Taken, Verdict};
 use std::sync::Arc;
 
 /// A pool's link to the fleet's store. The pool's own state stays complete: it is where the
@@ -107,6 +108,7 @@ impl Pool {
         }
         let (max_leases, lease_ttl, session_ttl, warmup) = (st.cfg.max_leases, st.cfg.lease_ttl, st.cfg.session_ttl, st.cfg.warmup);
         let renew = key.is_none_or(|k| st.sessions.live(k, now).is_none_or(|s| s.expires - now <= session_ttl * (1.0 - RENEW_SLACK)));
+        let mut spacing = st.spacing(site_id, &candidates);
         drop(st);
         let (mut h, mut choice) = (h, choice);
         // A key whose session another worker bound elsewhere is asked for again, once, for
@@ -114,7 +116,8 @@ impl Pool {
         for _ in 0..2 {
             let ids: Vec<&str> = candidates.iter().map(|e| e.id.as_str()).collect();
             let (generation, rebind) = token;
-            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, renew, warmup, generation, rebind };
+            let pace = site.filter(|_| !spacing.is_empty()).map(|site| Pace { site, spacing: &spacing });
+            let take = Take { key, candidates: &ids, max_leases, lease_ttl, session_ttl, renew, warmup, generation, rebind, pace };
             let taken = fl.store.take(&take);
             if !self.heard(fl, taken.as_ref().map(drop).map_err(Clone::clone), now) {
                 return None;
@@ -127,11 +130,16 @@ impl Pool {
                             (h, choice) = (h2, c2);
                             candidates = vec![st.exits[h2 as usize].exit.clone()];
                             token = st.token_rule(h2);
+                            spacing = st.spacing(site_id, &candidates);
                         }
                         Err(r) => return Some(Err(r)),
                     }
                 }
                 Taken::Full { .. } => return Some(Err(Refusal::Full)),
+                // The fleet spent the budget: wait for it, as for this worker's own.
+                Taken::Paced { wait, .. } => {
+                    return Some(Err(Refusal::Cooling { wait, why: if key.is_some() { PACED_ONE } else { PACED_ALL } }))
+                }
                 // The fleet's session of the key was bound in an older token: the store ended
                 // it, once, for every worker; this worker's copy ends with it.
                 Taken::Rotated { exit } => {
@@ -331,6 +339,13 @@ impl State {
         (slot.generation, rebind)
     }
 
+    /// With `site` paced: each candidate's spacing at the rate this worker learned for it, for
+    /// the store to spend the fleet's budget by. Empty (no allocation) when it is not paced.
+    pub(super) fn spacing(&self, site: u32, candidates: &[Arc<Exit>]) -> Vec<(f64, f64)> {
+        let Some(row) = self.pacer.as_ref().and_then(|p| p.row(site)) else { return Vec::new() };
+        candidates.iter().map(|e| self.by_id.get(&e.id).map_or_else(|| row.spacing(u32::MAX), |&h| row.spacing(h))).collect()
+    }
+
     /// Other members of the view that could take a keyless lease for the site, fewest local
     /// leases first, for the store to try when the pick is full fleet-wide.
     pub(super) fn fallbacks(&self, view: u32, picked: u32, site: u32, avoid: &[u32], now: f64, out: &mut Vec<Arc<Exit>>) {
@@ -344,6 +359,7 @@ impl State {
                     && !avoid.contains(&h)
                     && self.exits[h as usize].active < max_leases
                     && self.board.admits(h, site, now) == Admit::Yes
+                    && self.pace_wait(site, h, now) == 0.0
             })
             .collect();
         more.sort_by_key(|&h| self.exits[h as usize].active);

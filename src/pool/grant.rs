@@ -31,7 +31,23 @@ pub(super) const RATE_LIMITED_ALL: &str = "every exit that could serve was rate-
 /// Why a session ended when its gateway slot's token rotated under it: the provider's
 /// session is over, so the pool's is too (the key's next lease binds afresh).
 pub const TOKEN_ROTATED: &str = "its gateway session expired (token rotated)";
+/// Why a lease waits for pacing: the exit (a session's) or every exit that could serve has
+/// spent its request budget for the site (see `Refusal::paced`).
+pub const PACED_ONE: &str = "the session's exit has no request budget left for this site (pacing)";
+pub const PACED_ALL: &str = "every exit that could serve has no request budget left for this site (pacing)";
 pub(super) const INCIDENT: &str = "this site has an open incident, so its leases are spaced out";
+
+impl Refusal {
+    /// The wait a pacing refusal asks for: waiting it out gets the lease (budget frees by
+    /// time alone), so the sync acquire waits it within its timeout as it waits for a slot.
+    #[inline]
+    pub fn paced(&self) -> Option<f64> {
+        match self {
+            Refusal::Cooling { wait, why } if *why == PACED_ONE || *why == PACED_ALL => Some(*wait),
+            _ => None,
+        }
+    }
+}
 
 /// How a lease's exit was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

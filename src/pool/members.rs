@@ -3,6 +3,7 @@
 
 use super::state::ExitSlot;
 use crate::health::{Admit, HealthBoard};
+use crate::pacing::Row;
 use crate::select::Members;
 
 /// The view's members as the selection strategies see them.
@@ -16,11 +17,14 @@ pub(super) struct ViewMembers<'a> {
     pub(super) now: f64,
 }
 
-/// A view's members less the exits a keyless retry must pass over. A type of its own, so the
-/// common pick, with nothing to avoid, runs the strategies exactly as it did without it.
+/// A view's members less the exits a keyless retry must pass over, and, for a paced site,
+/// less those without budget for it (for this pick only). A type of its own, so the common
+/// pick, with nothing to avoid and no pacing, runs the strategies exactly as it did without it.
 pub(super) struct Avoiding<'a> {
     pub(super) inner: ViewMembers<'a>,
     pub(super) avoid: &'a [u32],
+    /// The site's request budgets, if it is paced.
+    pub(super) pace: Option<&'a Row>,
 }
 
 impl Members for Avoiding<'_> {
@@ -34,7 +38,7 @@ impl Members for Avoiding<'_> {
         self.inner.serving(m)
     }
     fn suits(&self, m: usize) -> bool {
-        self.inner.suits(m)
+        self.inner.suits(m) && self.pace.is_none_or(|r| r.admits(self.inner.members[m], self.inner.now))
     }
     fn avoided(&self, m: usize) -> bool {
         self.avoid.contains(&self.inner.members[m])

@@ -36,7 +36,8 @@ pub use fleet::RENEW_SLACK;
 pub use fork::{after_fork, before_fork};
 pub use grant::{Choice, Counts, Grant, Refusal, TOKEN_ROTATED};
 pub use snapshot::{
-    Cell, EventRecord, ExitRecord, GatewayRecord, GroupFigures, PoolFigures, Selection, SiteRecord, SlotToken, Snapshot, COOLING,
+    Cell, EventRecord, ExitRecord, GatewayRecord, GroupFigures, PaceRecord, PoolFigures, Selection, SiteRecord, SlotToken, Snapshot,
+    COOLING,
 };
 pub use update::Update;
 
@@ -139,6 +140,7 @@ impl Pool {
         let rng = SmallRng::seed_from_u64(cfg.seed.unwrap_or_else(random_seed));
         let board = HealthBoard::new(cfg.health.clone(), slots.len(), born);
         let (sessions, pairings) = (Sessions::bounded(cfg.max_sessions), Pairings::bounded(cfg.max_pairings));
+        let pacer = (!cfg.pacing.is_empty()).then(|| Box::new(crate::pacing::Pacer::new(cfg.pacing.clone())));
         let mut state = State {
             cfg,
             exits: slots,
@@ -152,6 +154,7 @@ impl Pool {
             pairings,
             sites: HashMap::new(),
             site_names: vec!["".into()],
+            pacer,
             board,
             last_used: vec![Vec::new()],
             rng,
@@ -314,7 +317,13 @@ impl Pool {
             // from 2 ms doubling to 50 ms.
             let mut pause = Duration::from_millis(2);
             loop {
-                match self.shared_attempt(fl, view, key, site, avoid) {
+                let attempt = self.shared_attempt(fl, view, key, site, avoid);
+                if let Some(wake) = attempt.as_ref().err().and_then(Refusal::paced).and_then(|w| paced_wake(w, deadline)) {
+                    std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+                    pause = pause.max(Duration::from_millis(4));
+                    continue;
+                }
+                match attempt {
                     Err(Refusal::Full) if Instant::now() < deadline => {
                         std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
                         pause = (pause * 2).min(Duration::from_millis(50));
@@ -335,7 +344,14 @@ impl Pool {
             if st.expire(now) && st.waiters > 0 {
                 self.freed.notify_all();
             }
-            match st.attempt(view, key, site, avoid, now) {
+            let attempt = st.attempt(view, key, site, avoid, now);
+            // Pacing frees budget by time alone: a wait that fits in the timeout is waited.
+            if let Some(wake) = attempt.as_ref().err().and_then(Refusal::paced).and_then(|w| paced_wake(w, deadline)) {
+                waited = true;
+                st = self.freed.wait_until(st, wake).0;
+                continue;
+            }
+            match attempt {
                 Err(Refusal::Full) if Instant::now() < deadline => {
                     st.waiters += 1;
                     waited = true;
@@ -420,6 +436,9 @@ impl Pool {
                 let in_service = st.views[0].members.len() as u32;
                 let jitter = st.rng.random::<f64>();
                 st.board.report(rec.exit, rec.site, report, rec.trial, in_service, now, jitter);
+                if st.pacer.is_some() {
+                    st.pace_learned(rec.exit, rec.site, report, now);
+                }
                 if rec.remote != 0 {
                     remote = Some((st.exits[rec.exit as usize].exit.clone(), rec.remote));
                 }
@@ -485,4 +504,11 @@ impl Pool {
     pub fn event_seq(&self) -> u64 {
         self.events_published.load(std::sync::atomic::Ordering::Acquire)
     }
+}
+
+/// When to try again for a pacing wait of `wait` seconds, if it ends before `deadline`:
+/// waiting past the deadline would only fail later, so the refusal is answered at once.
+fn paced_wake(wait: f64, deadline: Instant) -> Option<Instant> {
+    let wake = Instant::now().checked_add(Duration::try_from_secs_f64(wait).ok()?)?;
+    (wake <= deadline).then_some(wake)
 }

@@ -219,6 +219,21 @@ pub struct PoolFigures {
     pub panic: bool,
 }
 
+/// One paced (exit, site) pair that has been used or has learned something.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaceRecord {
+    pub exit_id: String,
+    pub site: String,
+    /// The site's configured rate: the ceiling learning climbs back to.
+    pub limit: crate::pacing::Rate,
+    /// The learned rate, requests per second.
+    pub rate: f64,
+    /// Requests that fit now, at once.
+    pub tokens: u32,
+    /// Seconds until the next request fits (0: now).
+    pub next_free: f64,
+}
+
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub now: f64,
@@ -235,6 +250,8 @@ pub struct Snapshot {
     pub sessions: usize,
     pub live_leases: usize,
     pub counts: Counts,
+    /// The listed exits' paced pairs, by site then exit (pool order).
+    pub pacing: Vec<PaceRecord>,
 }
 
 impl Pool {
@@ -377,6 +394,7 @@ impl Pool {
             sessions: sessions_per_exit.iter().map(|&n| n as usize).sum(),
             live_leases: st.leases.live(),
             counts: Counts { waits: st.waits.waited_total, ..st.counts.clone() },
+            pacing: st.pace_records(&listed, now),
         };
         let mut snap = snap;
         snap.exits.reserve_exact(listed.len());
@@ -447,6 +465,24 @@ impl State {
                 }
             }));
         }
+    }
+
+    /// The paced pairs of the `listed` exits (ascending handles) that were used or learned.
+    fn pace_records(&self, listed: &[u32], now: f64) -> Vec<PaceRecord> {
+        let mut out = Vec::new();
+        for (site, row) in self.pacer.iter().flat_map(|p| p.rows()) {
+            for (h, g) in row.cells().filter(|(h, _)| listed.binary_search(h).is_ok()) {
+                out.push(PaceRecord {
+                    exit_id: self.exits[h as usize].exit.id.clone(),
+                    site: self.site_names[site as usize].to_string(),
+                    limit: row.limit,
+                    rate: g.rate,
+                    tokens: g.tokens(row.limit, now),
+                    next_free: g.wait(row.limit, now),
+                });
+            }
+        }
+        out
     }
 
     /// The handles `sel` lists among `present` (ascending), in pool order: one pass to match,

@@ -2,7 +2,7 @@
 //! health, and the decisions made over them (which exit, or why none).
 
 use super::calibrate::identity_of;
-use super::grant::{INCIDENT, LRU_COOLDOWN, RATE_LIMITED_ALL, RATE_LIMITED_ONE, TOKEN_ROTATED};
+use super::grant::{INCIDENT, LRU_COOLDOWN, PACED_ALL, PACED_ONE, RATE_LIMITED_ALL, RATE_LIMITED_ONE, TOKEN_ROTATED};
 use super::members::{Avoiding, ViewMembers};
 use super::{Choice, Config, Counts, Grant, Refusal};
 use crate::error::{Error, Result};
@@ -12,6 +12,7 @@ use crate::gateway::Gateway;
 use crate::health::{Admit, HealthBoard, State as Health};
 use crate::lease::{LeaseRec, Leases};
 use crate::metrics::{Tally, Waits};
+use crate::pacing::Pacer;
 use crate::ring::{Ring, DEFAULT_SALT};
 use crate::select::{self, Context, NoPick, Selector, Strategy};
 use crate::session::Sessions;
@@ -187,6 +188,9 @@ pub(super) struct State {
     pub(super) sites: HashMap<Box<str>, u32>,
     pub(super) site_names: Vec<Box<str>>,
     pub(super) board: HealthBoard,
+    /// Each paced site's (exit, site) request budgets (see `crate::pacing`); `None` without
+    /// `pacing`, so that an unpaced pool's lease reads one word for it.
+    pub(super) pacer: Option<Box<Pacer>>,
     /// Per site, per exit handle: when it last served that site (for `lru`).
     pub(super) last_used: Vec<Vec<f64>>,
     pub(super) rng: SmallRng,
@@ -438,6 +442,9 @@ impl State {
         self.site_names.push(site.into());
         self.last_used.push(Vec::new());
         self.board.ensure_site(id);
+        if let Some(p) = &mut self.pacer {
+            p.site_added(id, site);
+        }
         id
     }
 
@@ -474,6 +481,9 @@ impl State {
     /// Why no member of the view could take a lease: cooling (retry later), full (a release
     /// will free a slot, or a probing exit's trial will come back), or out of service.
     pub(super) fn why_none(&self, view: u32, site: u32, avoid: &[u32], now: f64) -> Refusal {
+        if let Some(wait) = self.soonest_budget(view, site, avoid, now) {
+            return Refusal::Cooling { wait, why: PACED_ALL };
+        }
         if let Some(wait) = self.soonest_cool(view, site, now) {
             return Refusal::Cooling { wait, why: RATE_LIMITED_ALL };
         }
@@ -488,6 +498,22 @@ impl State {
         } else {
             Refusal::OutOfService
         }
+    }
+
+    /// With the site paced: the soonest a member that could serve but for its budget (not
+    /// full, in service, not avoided) has budget again, if any is held back by pacing alone.
+    fn soonest_budget(&self, view: u32, site: u32, avoid: &[u32], now: f64) -> Option<f64> {
+        let row = self.pacer.as_ref()?.row(site)?;
+        let max_leases = self.cfg.max_leases.unwrap_or(u32::MAX);
+        self.views[view as usize]
+            .members
+            .iter()
+            .filter(|&&h| {
+                !avoid.contains(&h) && self.exits[h as usize].active < max_leases && self.board.admits(h, site, now) == Admit::Yes
+            })
+            .map(|&h| row.wait(h, now))
+            .filter(|&w| w > 0.0)
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.min(w))))
     }
 
     /// The soonest a cooling member of the view may serve the site again, if any is cooling.
@@ -586,6 +612,12 @@ impl State {
                     if self.exits[h as usize].active >= max_leases {
                         break 'keyed Err(Refusal::Full);
                     }
+                    // Paced: the key waits for its exit's budget; it never moves for it.
+                    if self.pacer.is_some() {
+                        if let Some(refusal) = self.session_paced(site, h, now) {
+                            break 'keyed Err(refusal);
+                        }
+                    }
                     Ok((h, choice))
                 };
                 if decided.is_err() && live.is_some() {
@@ -601,15 +633,16 @@ impl State {
                     let n = self.exits.len();
                     self.last_used[site as usize].resize(n, f64::NEG_INFINITY);
                 }
-                let State { views, exits, last_used, rng, cfg, board, .. } = self;
+                let State { views, exits, last_used, rng, cfg, board, pacer, .. } = self;
                 let v = &mut views[view as usize];
+                let pace = pacer.as_deref().and_then(|p| p.row(site));
                 let members =
                     ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
                 let cx = Context { site, readmissions: board.readmissions, lru: lru.then_some((now, cfg.cooldown)) };
-                let picked = if avoid.is_empty() {
+                let picked = if avoid.is_empty() && pace.is_none() {
                     v.selector.pick(strategy, &members, rng, cx)
                 } else {
-                    v.selector.pick(strategy, &Avoiding { inner: members, avoid }, rng, cx)
+                    v.selector.pick(strategy, &Avoiding { inner: members, avoid, pace }, rng, cx)
                 };
                 let m = match picked {
                     Ok(m) => m,
@@ -739,10 +772,64 @@ impl State {
         }
     }
 
+    /// Learns the (exit, site) pair's rate from a report, and announces a cut. No
+    /// credential in the event: the exit by id, the site by name, the rates.
+    ///
+    /// Out of line, as every pacing hook of the lease path: a pool without pacing pays for
+    /// each one test of `pacer`, and the functions it sits in keep their size (and inlining).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn pace_learned(&mut self, h: u32, site: u32, report: &crate::outcome::Report, now: f64) {
+        let Some(p) = &mut self.pacer else { return };
+        if let Some(cut) = p.report(site, h, report, now) {
+            self.pace_cut(h, site, cut, report.retry_after, now);
+        }
+    }
+
+    /// A keyed lease's refusal while its exit has no budget for the site.
+    #[cold]
+    #[inline(never)]
+    fn session_paced(&self, site: u32, h: u32, now: f64) -> Option<Refusal> {
+        let wait = self.pace_wait(site, h, now);
+        (wait > 0.0).then_some(Refusal::Cooling { wait, why: PACED_ONE })
+    }
+
+    /// A lease of exit `h` for `site` spends one request of the pair's budget.
+    #[cold]
+    #[inline(never)]
+    fn pace_take(&mut self, site: u32, h: u32, now: f64) {
+        if let Some(p) = &mut self.pacer {
+            p.take(site, h, now);
+        }
+    }
+
+    /// Seconds until exit `h` may send to `site` (0: now, or not paced).
+    #[inline]
+    pub(super) fn pace_wait(&self, site: u32, h: u32, now: f64) -> f64 {
+        self.pacer.as_ref().map_or(0.0, |p| p.wait(site, h, now))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pace_cut(&mut self, h: u32, site: u32, cut: crate::pacing::Cut, retry_after: Option<f64>, now: f64) {
+        let after = retry_after.map_or(String::new(), |a| format!(", nothing before its Retry-After of {a:.3} s"));
+        let msg = format!(
+            "429 from {:?}: pacing for this exit cut to {:.3}/s (configured {}, floor {:.3}/s){after}",
+            self.site_names[site as usize],
+            cut.rate,
+            cut.limit,
+            crate::pacing::Gcra::floor(cut.limit)
+        );
+        self.board.events.push(now, EventKind::PaceDecreased, Some(h), Some(site), msg);
+    }
+
     /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).
     #[inline]
     pub(super) fn commit(&mut self, h: u32, choice: Choice, key: Option<&str>, site: u32, now: f64, remote: u64) -> Grant {
         self.board.gate_pass(site, now);
+        if self.pacer.is_some() {
+            self.pace_take(site, h, now);
+        }
         let state = self.board.state(h, Some(site));
         let trial = self.board.on_lease(h, site);
         let slot = &mut self.exits[h as usize];

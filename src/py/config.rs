@@ -8,6 +8,7 @@ use super::lease::shown_repr;
 use super::text::any_text;
 use crate::config_file::{dotted, ConfigFile, Located, Seg, Warmup};
 use crate::health::HealthConfig;
+use crate::pacing::PacingConfig;
 use crate::warmup::WarmupConfig;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple};
@@ -41,6 +42,26 @@ pub fn extract_health(py: Python<'_>, d: Option<&Bound<'_, PyDict>>) -> PyResult
     let cfg = HealthConfig::deserialize(Section { name: "health", dict: d }).map_err(PyErr::from)?;
     cfg.validate().py_err(py)?;
     Ok(cfg)
+}
+
+/// `pacing={"shop.example": "6/s", "*": "2/s"}`: a request rate per site (`"*"`: every other
+/// site). Anything but a dict of str to rate strings is an `InvalidInput` naming what it got.
+pub fn extract_pacing(py: Python<'_>, p: Option<&Bound<'_, PyAny>>) -> PyResult<PacingConfig> {
+    let Some(p) = p.filter(|p| !p.is_none()) else { return Ok(PacingConfig::default()) };
+    let Ok(d) = p.cast::<PyDict>() else {
+        return Err(invalid_input(py, format!("pacing must be a dict of site to rate like {{\"*\": \"6/s\"}}, got {}", shown_repr(p))));
+    };
+    let mut entries = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let (Ok(site), Ok(rate)) = (any_text(&k, "a pacing site"), any_text(&v, "a pacing rate")) else {
+            return Err(invalid_input(
+                py,
+                format!("pacing must map site names to rate strings like \"6/s\", got {}: {}", shown_repr(&k), shown_repr(&v)),
+            ));
+        };
+        entries.push((site.into_owned(), rate.into_owned()));
+    }
+    PacingConfig::parse(entries.iter().map(|(s, r)| (s.as_str(), r.as_str()))).py_err(py)
 }
 
 /// A `health=` or `warmup=` dict as serde input to the core's configuration object, which
@@ -257,6 +278,9 @@ impl PyConfigFile {
         }
         if let Some(h) = &s.health {
             d.set_item("health", pythonize::pythonize(py, h).map_err(PyErr::from)?)?;
+        }
+        if let Some(p) = &s.pacing {
+            d.set_item("pacing", p.clone().into_py_dict(py)?)?;
         }
         Ok(d)
     }

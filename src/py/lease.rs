@@ -4,7 +4,7 @@ use super::errors::{full_message, invalid_input, refusal_to_py, IntoPyResult};
 use super::exit::PyExit;
 use super::pool::PoolHandle;
 use super::text::{text, with_str};
-use crate::acquire::{avoid_list, wait_for_slot, WaitStart};
+use crate::acquire::{avoid_list, wait_for_slot, waits_for, WaitStart};
 use crate::exit::Exit;
 use crate::health::State as Health;
 use crate::lease::LeaseId;
@@ -64,7 +64,7 @@ impl PoolHandle {
         timeout: Option<f64>,
     ) -> PyResult<Grant> {
         let result = match self.try_once(py, key, site, avoid) {
-            Err(Refusal::Full) => {
+            Err(r) if waits_for(&r, timeout) => {
                 py.detach(|| wait_for_slot(&self.core, self.view, key, site, avoid, timeout, || Python::attach(|py| py.check_signals())))?
             }
             first => first,

@@ -2,7 +2,7 @@
 //! turn refusals into exceptions; the decisions are the core's.
 
 use super::clock::PyManualClock;
-use super::config::{extract_health, extract_warmup};
+use super::config::{extract_health, extract_pacing, extract_warmup};
 use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
@@ -162,8 +162,8 @@ impl PyPool {
     #[pyo3(signature = (exits, *, strategy=None, replicas=None, session_ttl=Float(900.0), lease_ttl=Float(120.0),
                         max_leases=None, balance_factor=None, warmup=None, max_sessions=KeyBound::Default,
                         max_pairings=KeyBound::Default, clock=None, seed=None, cooldown=Float(8.0),
-                        health=None, calibrate=false, store=None, namespace=None, state=None, state_interval=Float(30.0)),
-           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, max_sessions=1000000, max_pairings=1000000, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\", state=None, state_interval=30.0)")]
+                        health=None, calibrate=false, store=None, namespace=None, state=None, state_interval=Float(30.0), pacing=None),
+           text_signature = "(exits, *, strategy=\"weighted\", replicas=None, session_ttl=900.0, lease_ttl=120.0, max_leases=None, balance_factor=None, warmup=None, max_sessions=1000000, max_pairings=1000000, clock=None, seed=None, cooldown=8.0, health=None, calibrate=False, store=None, namespace=\"exitpool\", state=None, state_interval=30.0, pacing=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
         py: Python<'py>,
@@ -186,6 +186,7 @@ impl PyPool {
         namespace: Option<&Bound<'_, PyString>>,
         state: Option<&Bound<'_, PyAny>>,
         state_interval: Float,
+        pacing: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyPool>> {
         let state = state_path(py, state)?;
         let max_leases = match max_leases {
@@ -221,6 +222,7 @@ impl PyPool {
             calibrate,
             max_sessions: max_sessions.judged(py, "max_sessions")?,
             max_pairings: max_pairings.judged(py, "max_pairings")?,
+            pacing: extract_pacing(py, pacing)?,
         };
         let clock: Arc<dyn Clock> = match clock {
             Some(c) => Arc::new(c.get().inner.clone()),

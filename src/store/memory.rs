@@ -23,6 +23,8 @@ struct Tables {
     /// Site ("" for tunnels) -> exit -> until.
     ejected: HashMap<String, HashMap<String, f64>>,
     counts: HashMap<String, ExitCounts>,
+    /// (exit, site) -> its pacing budget's theoretical arrival time.
+    pace: HashMap<(String, String), f64>,
 }
 
 /// A key's session: its exit, the exit's token generation it was bound in, its expiry.
@@ -111,8 +113,21 @@ impl Store for MemoryStore {
         let exit_of_key = exit.clone();
         // A keyed lease goes where its session or its ring says, or waits: it never moves on.
         let options: Vec<String> = if t.key.is_some() { vec![exit] } else { t.candidates.iter().map(|c| (*c).to_owned()).collect() };
-        for exit in options {
+        let mut paced: Option<(String, f64)> = None;
+        for (i, exit) in options.into_iter().enumerate() {
             if !st.has_room(&exit, t.max_leases, now) {
+                continue;
+            }
+            let budget = t.pace.map(|p| {
+                let (interval, tau) = p.spacing.get(i).copied().unwrap_or((0.0, 0.0));
+                let id = (exit.clone(), p.site.to_owned());
+                let tat = st.pace.get(&id).copied().unwrap_or(f64::NEG_INFINITY);
+                (id, tat.max(now) + interval, crate::pacing::wait_at(tat, interval, tau, now))
+            });
+            if let Some(&(_, _, wait)) = budget.as_ref().filter(|b| b.2 > 0.0) {
+                if paced.as_ref().is_none_or(|p| wait < p.1) {
+                    paced = Some((exit, wait));
+                }
                 continue;
             }
             if let (Some(key), Some(cfg)) = (t.key, &t.warmup) {
@@ -122,12 +137,18 @@ impl Store for MemoryStore {
                     Ok(p) => st.pairings.insert(id, p),
                 };
             }
+            if let Some((id, tat, _)) = budget {
+                st.pace.insert(id, tat);
+            }
             let lease = st.take_slot(&exit, t.lease_ttl, now);
             if let (Some(key), true) = (t.key, t.renew || !session || regenerate) {
                 let expires = now + t.session_ttl;
                 st.sessions.insert(key.to_owned(), Bound { exit: exit.clone(), generation: t.generation, expires });
             }
             return Ok(Taken::Granted { exit, lease, session });
+        }
+        if let Some((exit, wait)) = paced {
+            return Ok(Taken::Paced { exit, wait });
         }
         Ok(Taken::Full { exit: t.key.map(|_| exit_of_key.clone()) })
     }

@@ -47,6 +47,18 @@ pub struct Take<'a> {
     pub generation: u64,
     /// With `generation`: a session whose token rotated moves to the new one quietly instead.
     pub rebind: bool,
+    /// The site's pacing, if it is paced: a candidate without budget is passed over.
+    pub pace: Option<Pace<'a>>,
+}
+
+/// Pacing for one take: the fleet shares each (exit, site) pair's budget (its GCRA's
+/// theoretical arrival time, on the store's clock); each worker spends it at the rate it
+/// learned itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace<'a> {
+    pub site: &'a str,
+    /// Per candidate, in order: the emission interval and the burst tolerance, in seconds.
+    pub spacing: &'a [(f64, f64)],
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +73,9 @@ pub enum Taken {
     Elsewhere { exit: String },
     /// The pairing of key and exit is new and must wait this long (warm-up).
     WarmingUp { exit: String, wait: f64 },
+    /// Every candidate with room (or the session's exit) has spent its budget for the site:
+    /// the soonest one fits again in `wait` seconds (pacing).
+    Paced { exit: String, wait: f64 },
     /// The key's session on `exit` was bound in an older token generation than the take's:
     /// the store ended it (nothing taken); the key's next take binds afresh.
     Rotated { exit: String },

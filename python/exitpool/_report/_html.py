@@ -171,6 +171,7 @@ def render_html(snapshot: Mapping[str, Any], *, title: str = "exitpool report") 
             _gateway_row(w, gw, slots_of[gid], lay)
     w("<h2>Exits by state, worst first</h2>")
     _exits_table(w, plain, lay)
+    _pacing_table(w, snapshot)
     w(
         '<p class="foot">Written by <code>exitpool report</code> from one <code>pool.snapshot()</code>. '
         f"A cell fails below {_pct(FAIL_BELOW)} success; proxies are shown masked.</p>\n</body></html>\n"
@@ -196,6 +197,26 @@ _EXIT_COLUMNS = (
     "weight",
     "capacity",
 )
+
+
+def _pacing_table(w: Callable[[str], Any], snapshot: Mapping[str, Any]) -> None:
+    """Every paced (exit, site) pair: its learned rate against its site's, its budget now."""
+    pairs = [p for p in snapshot.get("pacing") or [] if isinstance(p, dict)]
+    if not pairs:
+        return
+    esc = html.escape
+    w('<h2>Pacing: each exit\'s learned rate per paced site</h2><table class="exits"><thead><tr>')
+    w("".join(f"<th>{c}</th>" for c in ("exit", "site", "learned", "configured", "budget now", "next in")))
+    w("</tr></thead><tbody>")
+    for p in pairs:
+        rate, ceiling = _num(p.get("rate")), _num(p.get("ceiling"))
+        slowed = ' class="bad"' if rate is not None and ceiling is not None and rate < ceiling else ""
+        w(
+            f'<tr{slowed}><td class="id">{esc(str(p.get("exit_id")))}</td><td>{esc(str(p.get("site")))}</td>'
+            f"<td>{rate if rate is not None else 0:.3g}/s</td><td>{esc(str(p.get('configured')))}</td>"
+            f"<td>{_int(p.get('tokens'))}</td><td>{_secs(p.get('next_free'))}</td></tr>"
+        )
+    w("</tbody></table>\n")
 
 
 def _gateway_row(w: Callable[[str], Any], gw: Mapping[str, Any], slots: List[Dict[str, Any]], lay: _Layout) -> None:

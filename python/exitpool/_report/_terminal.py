@@ -178,6 +178,8 @@ def render_terminal(
         if notes:
             con.print(Text("showing " + " and ".join(notes) + "; --html FILE shows all", style="italic dim"))
 
+    _pacing_table(con, snapshot, Table, Text, box)
+
     # The verdict, last, where the eye lands.
     v = lay.verdict
     con.print()
@@ -185,6 +187,41 @@ def render_terminal(
     con.print(
         Panel(_verdict_text(v, Text), title="[bold]verdict: bad exit or bad site?[/]", title_align="left", border_style=style, expand=False)
     )
+
+
+#: Paced pairs the terminal shows, the slowest learned rates (relative to their ceiling) first.
+TERMINAL_PACED = 12
+
+
+def _pacing_table(con: Any, snapshot: Mapping[str, Any], Table: Any, Text: Any, box: Any) -> None:
+    """The paced (exit, site) pairs that learned a rate below their site's, slowest first."""
+    pairs = [p for p in snapshot.get("pacing") or [] if isinstance(p, dict)]
+    if not pairs:
+        return
+    cut = sorted((p for p in pairs if _pace_ratio(p) < 1.0), key=_pace_ratio)
+    con.print()
+    if not cut:
+        con.print(Text(f"pacing: {len(pairs)} paced exit x site pairs, all at their configured rate", style="dim"))
+        return
+    table = Table(title=f"pacing: {len(cut)} of {len(pairs)} paced pairs slowed by 429s", title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("exit", "site", "learned", "configured", "budget now", "next in"):
+        table.add_column(name)
+    for p in cut[:TERMINAL_PACED]:
+        table.add_row(
+            str(p.get("exit_id")),
+            str(p.get("site")),
+            f"{_num(p.get('rate')) or 0.0:.3g}/s",
+            str(p.get("configured")),
+            str(_int(p.get("tokens"))),
+            _secs(p.get("next_free")),
+        )
+    con.print(table)
+
+
+def _pace_ratio(p: Mapping[str, Any]) -> float:
+    """The learned rate as a share of the configured one (1.0 when either is missing)."""
+    rate, ceiling = _num(p.get("rate")), _num(p.get("ceiling"))
+    return rate / ceiling if rate is not None and ceiling else 1.0
 
 
 def _short(site: str) -> str:

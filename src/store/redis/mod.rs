@@ -514,6 +514,7 @@ impl Store for RedisStore {
         // a try whose answer was lost ends there, never to be held twice.
         let mut earlier: Vec<u64> = Vec::new();
         let mut id = 0;
+        let stride = if t.pace.is_some() { 3 } else { 1 };
         let reply = s.try_run(|con| {
             if id != 0 {
                 earlier.push(id);
@@ -522,12 +523,12 @@ impl Store for RedisStore {
             // Without a ceiling, one take in 64 reclaims the exit's expired leases.
             let reclaim = if id % 64 == 0 { "1" } else { "0" };
             let n_backs = backs.len() + earlier.len() * t.candidates.len();
-            let mut cmd = Packed::new(18 + 3 * n_backs + t.candidates.len());
+            let mut cmd = Packed::new(19 + 3 * n_backs + stride * t.candidates.len());
             // The prefix is the one key, for a cluster to route by (the scripts read ARGV).
             cmd.arg("EVALSHA").arg(s.scripts.take.get_hash()).arg("1").arg(&s.prefix).arg(&s.prefix).arg(t.key.unwrap_or(""));
             cmd.num(t.max_leases.unwrap_or(0)).num(ms(t.lease_ttl)).num(ms(t.session_ttl)).num(ramp).num(interval).num(horizon);
             cmd.num(id).arg(reclaim).arg(if t.renew { "1" } else { "0" });
-            cmd.num(t.generation).arg(if t.rebind { "1" } else { "0" }).num(n_backs);
+            cmd.num(t.generation).arg(if t.rebind { "1" } else { "0" }).arg(t.pace.map_or("", |p| p.site)).num(n_backs);
             for hb in &backs {
                 cmd.arg(&hb.exit).num(hb.lease).arg(hb.outcome);
             }
@@ -536,8 +537,14 @@ impl Store for RedisStore {
                     cmd.arg(c).num(old).arg("");
                 }
             }
-            for c in t.candidates {
+            for (i, c) in t.candidates.iter().enumerate() {
                 cmd.arg(c);
+                if let Some(p) = t.pace {
+                    // Milliseconds to the microsecond: "6/s" is 166.667 ms, which rounded to
+                    // whole milliseconds would make six requests take more than a second.
+                    let (interval, tau) = p.spacing.get(i).copied().unwrap_or((0.0, 0.0));
+                    cmd.num(format_args!("{:.3}", interval * 1000.0)).num(format_args!("{:.3}", tau * 1000.0));
+                }
             }
             s.eval_packed(con, &s.scripts.take, &mut cmd.0)
         });
@@ -575,6 +582,11 @@ impl Store for RedisStore {
             Some(b"full") => Ok(Taken::Full { exit: text(1) }),
             Some(b"elsewhere") => Ok(Taken::Elsewhere { exit: text(1).ok_or_else(|| bad("take"))? }),
             Some(b"rotated") => Ok(Taken::Rotated { exit: text(1).ok_or_else(|| bad("take"))? }),
+            Some(b"paced") => {
+                let (Some(exit), Some(wait)) = (text(1), text(2)) else { return Err(bad("take")) };
+                let wait: f64 = wait.parse().map_err(|_| bad("take"))?;
+                Ok(Taken::Paced { exit, wait: wait / 1000.0 })
+            }
             Some(b"warm") => {
                 let (Some(exit), Some(wait)) = (text(1), text(2)) else { return Err(bad("take")) };
                 let wait: f64 = wait.parse().map_err(|_| bad("take"))?;
