@@ -1,5 +1,5 @@
 //! The file `Pool(state=...)` keeps: what an in-process pool knows that a restart must not
-//! forget (health, cooldowns, warm-up pairings, sessions), written atomically and read back.
+//! forget (health, cooldowns, pacing budgets, warm-up pairings, sessions), written atomically and read back.
 //!
 //! Exits are named by id only: the file holds no proxy URL and so no credential. Times are
 //! stored as seconds relative to the save (remaining for what ends later, ages for what
@@ -36,6 +36,8 @@ pub struct Saved {
     pub sessions: Vec<SavedSession>,
     #[serde(default)]
     pub pairings: Option<SavedPairings>,
+    #[serde(default)]
+    pub pacing: Vec<SavedPace>,
 }
 
 /// One breaker that is not plainly healthy (a tunnel's when `site` is `None`).
@@ -63,6 +65,20 @@ pub struct SavedCooldown {
     #[serde(default)]
     pub site: Option<String>,
     pub remaining: f64,
+}
+
+/// One (exit, site) budget that learned something: its rate, and when its next request fits
+/// in relative time (a pair a site held off with `Retry-After` stays held off across a restart).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedPace {
+    pub exit: String,
+    pub site: String,
+    /// Requests per second learned from the site's 429s.
+    pub rate: f64,
+    /// Seconds from the save until the pair's theoretical arrival time (negative: in the
+    /// past; absent for a pair never spent).
+    #[serde(default)]
+    pub tat: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

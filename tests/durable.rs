@@ -244,3 +244,43 @@ fn a_capacity_set_since_the_list_is_kept_by_a_reload_that_does_not_change_it() {
     assert_eq!(p.update(list).unwrap().changed, ["e0"]);
     assert_eq!(p.exit("e0").unwrap().capacity, 2);
 }
+
+#[test]
+fn a_learned_pace_and_a_spent_budget_survive_a_restart() {
+    let path = temp("pacing");
+    let paced = || Config {
+        // No 429 cooldown from health: what holds the pair off here is its pacing budget alone.
+        health: HealthConfig { jitter: 0.0, rate_limit_cooldown: 0.0, ..HealthConfig::default() },
+        pacing: exitpool::PacingConfig::parse([("shop", "6/s")]).unwrap(),
+        ..cfg()
+    };
+    let refused = |r: Result<exitpool::Grant, Refusal>| match r {
+        Err(r) => r.paced().unwrap_or_else(|| panic!("not a pacing refusal: {r:?}")),
+        Ok(g) => panic!("granted {} with the budget spent", g.exit.id),
+    };
+    let c1 = ManualClock::new(0.0);
+    let p1 = Arc::new(Pool::of(members(ids(1)), paced(), Arc::new(c1.clone())).unwrap());
+    p1.keep_state(path.clone(), 30.0).unwrap();
+    // A 429 halves the pair's rate to 3/s; then its budget (3 at once) is spent.
+    let g = p1.try_acquire(0, None, Some("shop")).unwrap();
+    p1.release(g.id, &Report::new(Some(429), None, false, None, None).unwrap());
+    while let Ok(g) = p1.try_acquire(0, None, Some("shop")) {
+        p1.release(g.id, &Report::SUCCESS);
+    }
+    let wait = refused(p1.try_acquire(0, None, Some("shop")));
+    let rate = p1.snapshot().pacing[0].rate;
+    assert!(rate < 6.0, "{rate}");
+    p1.close().unwrap();
+    drop(p1);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"pacing\":[{\"exit\":\"e0\",\"site\":\"shop\""), "{text}");
+
+    // A restart at once: the rate is still the learned one and the budget still spent.
+    let c2 = ManualClock::new(0.0);
+    let p2 = Arc::new(Pool::of(members(ids(1)), paced(), Arc::new(c2.clone())).unwrap());
+    p2.keep_state(path.clone(), 30.0).unwrap();
+    assert!((p2.snapshot().pacing[0].rate - rate).abs() < 1e-9);
+    assert!((refused(p2.try_acquire(0, None, Some("shop"))) - wait).abs() < 1e-6);
+    c2.advance(wait).unwrap();
+    p2.try_acquire(0, None, Some("shop")).unwrap();
+}

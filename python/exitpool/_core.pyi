@@ -325,7 +325,7 @@ class Pool:
     ``namespace``. With Redis, a lease pair costs one round trip: a release is sent with the
     next command, or by the pool's own thread (``exitpool-store``) within 2 ms, and a session
     leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``. ``state`` (a
-    path; in-process pools only) resumes health, cooldowns, warm-up pairings and sessions from
+    path; in-process pools only) resumes health, cooldowns, pacing budgets, warm-up pairings and sessions from
     that file and saves them there every ``state_interval`` seconds and on ``close()``.
     ``pacing`` (``{"shop.example": "6/s", "*": "2/s"}``) gives each (exit, site) pair a request budget:
     a lease goes to an exit with budget for its site or waits for one (within ``timeout``;

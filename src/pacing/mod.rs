@@ -165,6 +165,18 @@ impl Pacer {
         }
     }
 
+    /// A budget saved by a pool that ran before: its learned rate (kept within this pool's
+    /// floor and ceiling for the site) and its arrival time, on this pool's clock.
+    pub fn resume(&mut self, site: u32, h: u32, rate: f64, tat: f64) {
+        let Some(r) = self.row_mut(site) else { return };
+        let limit = r.limit;
+        if rate.is_finite() && !tat.is_nan() {
+            let cell = r.cell(h);
+            cell.rate = rate.clamp(Gcra::floor(limit), limit.per_second());
+            cell.tat = tat;
+        }
+    }
+
     /// Paced site ids, with their rows.
     pub fn rows(&self) -> impl Iterator<Item = (u32, &Row)> {
         self.rows.iter().enumerate().filter_map(|(s, r)| r.as_ref().map(|r| (s as u32, r)))

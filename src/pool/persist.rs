@@ -8,7 +8,7 @@ use crate::clock::MAX_SETTING_SECONDS;
 use crate::error::{Error, Result};
 use crate::events::EventKind;
 use crate::health::State as Health;
-use crate::persist::{self, Resume, Saved, SavedBreaker, SavedCooldown, SavedPairings, SavedSession, Unusable};
+use crate::persist::{self, Resume, Saved, SavedBreaker, SavedCooldown, SavedPace, SavedPairings, SavedSession, Unusable};
 use crate::warmup::Pairing;
 use parking_lot::{Condvar, Mutex};
 use std::path::{Path, PathBuf};
@@ -141,6 +141,19 @@ impl Pool {
                 remaining: s.expires - now,
             })
             .collect();
+        let pacing = st
+            .pacer
+            .iter()
+            .flat_map(|p| p.rows())
+            .flat_map(|(s, row)| row.cells().map(move |(h, g)| (s, h, *g)))
+            .filter(|&(_, h, _)| st.exits.get(h as usize).is_some_and(|e| !e.removed))
+            .map(|(s, h, g)| SavedPace {
+                exit: st.exits[h as usize].exit.id.clone(),
+                site: name(s),
+                rate: g.rate,
+                tat: g.tat.is_finite().then(|| g.tat - now),
+            })
+            .collect();
         let pairings = st.cfg.warmup.as_ref().map(|_| {
             let (seed, entries) = st.pairings.saved();
             SavedPairings { seed, entries: entries.map(|(id, p)| (id, now - p.born, now - p.last)).collect() }
@@ -154,6 +167,7 @@ impl Pool {
             cooldowns,
             sessions,
             pairings,
+            pacing,
         }
     }
 
@@ -216,10 +230,20 @@ impl State {
                 bound += 1;
             }
         }
+        let mut paced = 0;
+        for p in &saved.pacing {
+            let Ok(h) = self.handle(&p.exit) else { continue };
+            let site = site_of(self, &p.site);
+            let tat = p.tat.map_or(f64::NEG_INFINITY, |t| r.ends(t));
+            if let Some(pacer) = self.pacer.as_deref_mut().filter(|pacer| pacer.row(site).is_some()) {
+                pacer.resume(site, h, p.rate, tat);
+                paced += 1;
+            }
+        }
         let pairings = self.resume_pairings(saved, r);
         let ignored = saved.exits.iter().filter(|id| self.handle(id).is_err()).count();
         format!(
-            "{breakers} breakers, {cooling} cooldowns, {bound} sessions, {pairings}; \
+            "{breakers} breakers, {cooling} cooldowns, {paced} pacing budgets, {bound} sessions, {pairings}; \
              {ignored} saved exits not in this pool ignored"
         )
     }
