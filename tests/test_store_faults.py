@@ -189,3 +189,118 @@ def test_forks_while_the_sender_thread_works_leave_no_child_stuck(redis):
         stop.set()
         worker.join(timeout=30)
     assert stuck == []
+
+
+# --- one worker cut off -----------------------------------------------------------------------
+
+
+class _Link:
+    """A loopback TCP link to Redis that a test can cut (every connection dropped, new ones
+    refused at once) and heal: one worker's network partition, the server and the other
+    workers untouched."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import threading
+
+        self._target = ("127.0.0.1", port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.port = self._listener.getsockname()[1]
+        self._open: list = []
+        self._cut = False
+        self._stop = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._stop:
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            if self._cut:
+                client.close()
+                continue
+            upstream = socket.create_connection(self._target, timeout=2)
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        import socket
+
+        self._cut = True
+        with self._lock:
+            for s in self._open:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._open.clear()
+
+    def heal(self) -> None:
+        self._cut = False
+
+    def close(self) -> None:
+        self.cut()
+        self._stop = True
+        self._thread.join(timeout=2)
+        self._listener.close()
+
+
+def test_a_worker_cut_off_from_redis_serves_locally_and_rejoins_while_the_others_keep_sharing(redis):
+    link = _Link(redis.port)
+    try:
+        cut_off = Pool(one_exit(), store=f"redis://127.0.0.1:{link.port}/0", namespace="part", max_leases=1, lease_ttl=60)
+        other = fleet_pool(redis.url, "part")
+        kinds: list = []
+        cut_off.on_event(lambda e: kinds.append(e["kind"]))
+        # Shared while the link is up: a lease one holds is the other's too.
+        held = cut_off.acquire()
+        with pytest.raises(exitpool.NoExitAvailable):
+            other.acquire(timeout=0)
+        cut_off.release(held)
+        # The release reaches the server with the pool's next command or within milliseconds.
+        other.release(other.acquire(timeout=5))
+
+        link.cut()
+        # The cut-off worker serves from its own state and says so; the other one carries on
+        # sharing with the server, untouched.
+        for _ in range(5):
+            cut_off.release(cut_off.acquire(timeout=0))
+        assert cut_off.snapshot()["store"]["online"] is False
+        assert "store_unavailable" in kinds
+        mine = other.acquire(timeout=5)
+        assert other.snapshot()["store"]["online"] is True
+        other.release(mine)
+
+        link.heal()
+        time.sleep(1.1)  # past the one-second pause before the store is tried again
+        back = cut_off.acquire(timeout=0)
+        assert cut_off.snapshot()["store"]["online"] is True
+        assert kinds.index("store_unavailable") < kinds.index("store_rejoined")
+        # Rejoined: its lease is the fleet's again.
+        with pytest.raises(exitpool.NoExitAvailable):
+            other.acquire(timeout=0)
+        cut_off.release(back)
+    finally:
+        link.close()
