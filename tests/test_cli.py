@@ -69,10 +69,16 @@ def test_exits_lists_a_gateway_as_one_row_with_its_slots_lifetime_and_next_rotat
     assert re.match(r"resi\s+gateway\s+500\s+600 s\s+in \d+ s \(resi-\d+\)\s+1 per slot\s+country=de\s+", row), row
     assert row.endswith("http://customer-c1:[secure]@gw.provider.example:7777")
     seconds, slot = re.search(r"in (\d+) s \(resi-(\d+)\)", row).groups()
-    # The next rotation is the gateway's soonest, over its slots.
-    soonest = min(range(500), key=lambda s: GATEWAY.rotates_at(s, at=before))
-    assert int(slot) == soonest
-    assert GATEWAY.rotates_at(soonest, at=before) - after - 1 <= int(seconds) <= GATEWAY.rotates_at(soonest, at=before) - before + 1
+    # The next rotation is the gateway's soonest, over its slots, at the moment the command
+    # read the time. 500 slots rotate about once a second between them, so that moment (between
+    # `before` and `after`) decides which: any slot whose rotation is the next one at some time
+    # in that window, up to the first one due after it.
+    due = sorted((GATEWAY.rotates_at(s, at=before), s) for s in range(500))
+    first_after = next(i for i, (at, _) in enumerate(due) if at > after)
+    soonest = {s for at, s in due[: first_after + 1] if at > before}
+    assert int(slot) in soonest
+    at = GATEWAY.rotates_at(int(slot), at=before)
+    assert at - after - 1 <= int(seconds) <= at - before + 1
     assert "http://user:[secure]@10.0.0.7:3128" in lines[1]
     no_secret(out, before)
 
