@@ -23,12 +23,12 @@ for a lease, for gateways that rotate per connection.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import requests
 from requests.adapters import HTTPAdapter
 
-from exitpool._clients import _exit_of, _require_socks, _retry_after_kwargs
+from exitpool._clients import _exit_of, _report_response, _require_socks
 from exitpool._core import Exit, Lease
 
 __all__ = ["report", "session_for"]
@@ -124,13 +124,4 @@ def report(
     ``captcha`` is a flag or a function of the response (say ``lambda r: "captcha" in r.text``).
     An exception that leaves the ``with pool.lease(...)`` block needs no call: the lease
     classifies it."""
-    if isinstance(outcome, BaseException):
-        lease.report(error=outcome)
-        return
-    is_captcha = bool(captcha(outcome)) if callable(captcha) else bool(captcha)
-    kwargs: Dict[str, Any] = {"status": outcome.status_code, "captcha": is_captcha}
-    elapsed = getattr(outcome, "elapsed", None)
-    if elapsed is not None:
-        kwargs["latency"] = max(0.0, elapsed.total_seconds())
-    kwargs.update(_retry_after_kwargs(outcome.status_code, outcome.headers))
-    lease.report(**kwargs)
+    _report_response(lease, outcome, captcha)
