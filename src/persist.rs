@@ -230,6 +230,7 @@ mod tests {
             cooldowns: vec![],
             sessions: vec![],
             pairings: None,
+            pacing: vec![],
         };
         write(&p, &saved).unwrap();
         assert_eq!(read(&p), Ok(saved));

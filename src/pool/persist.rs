@@ -151,7 +151,7 @@ impl Pool {
                 exit: st.exits[h as usize].exit.id.clone(),
                 site: name(s),
                 rate: g.rate,
-                tat: g.tat.is_finite().then(|| g.tat - now),
+                tat: g.tat.is_finite().then_some(g.tat - now),
             })
             .collect();
         let pairings = st.cfg.warmup.as_ref().map(|_| {
