@@ -225,6 +225,13 @@ impl Breaker {
         Some(failed)
     }
 
+    /// Takes back a failure of weight `w` just observed from the site-failing count: it was
+    /// the exit's own doing (a ban for its pace), not the site failing. Judging the exit is
+    /// unchanged.
+    pub fn excuse_site(&mut self, w: f64) {
+        self.site_strikes = (self.site_strikes - w).max(0.0);
+    }
+
     /// Second half of `record`: the state change the counted evidence calls for.
     pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
         self.judge_lazily(cfg, failed, now, ejection == Ejection::Suspended, || ejection, jitter)
