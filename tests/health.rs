@@ -516,3 +516,41 @@ fn full_traffic_within_one_interval_and_a_round_trip_per_doubling() {
     let took = time_to_full_traffic(12, 5.0, 25.0);
     assert!(took <= interval + 4.0 * 0.1 + 0.05, "full traffic {took:.2} s after the incident ended");
 }
+
+/// A real incident (503 through every exit) in a fleet most of whose exits the site had
+/// already banned for their pace (a 429, then 403 for good): once the site is back the banned
+/// exits answer 403, which shows the site works for them; the incident closes and the exits
+/// that serve get full traffic, rather than the site's leases being held to one a second.
+#[test]
+fn an_incident_closes_when_the_site_is_back_though_most_exits_are_banned() {
+    let cfg = Config { health: exitpool::HealthConfig { max_ejected: 0.1, ..Default::default() }, ..rr() };
+    let (p, clock, ids) = fleet(8, cfg);
+    let site = "tight.example";
+    let banned = &ids[..6];
+    let mut limited = std::collections::HashSet::<String>::new();
+    let mut refused_after = 0;
+    for step in 0..600 {
+        let now = clock.advance(0.05).unwrap();
+        let g = match p.try_acquire(0, None, Some(site)) {
+            Ok(g) => g,
+            Err(Refusal::Cooling { .. }) => {
+                refused_after += (now > 25.0) as u32;
+                continue;
+            }
+            Err(e) => panic!("step {step}: {e:?}"),
+        };
+        let report = if (10.0..20.0).contains(&now) {
+            status(503)
+        } else if !banned.contains(&g.exit.id) {
+            status(200)
+        } else if limited.insert(g.exit.id.clone()) {
+            Report::new(Some(429), Some(0.2), false, None, Some(1.0)).unwrap()
+        } else {
+            status(403)
+        };
+        p.release(g.id, &report);
+    }
+    let kinds: Vec<&str> = p.events(0).iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"site_incident_opened") && kinds.contains(&"site_incident_closed"), "{kinds:?}");
+    assert_eq!(refused_after, 0, "leases still held for the site 5 s after it came back");
+}

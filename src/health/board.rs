@@ -136,7 +136,8 @@ const PANIC_WEIGHT: f64 = 0.1;
 /// (sites count strikes over a window, fail2ban's `findtime` is ten minutes by default): such
 /// a block is evidence against the exit, never that the site fails, so bans that follow
 /// rate limits on most exits do not make a site incident (which would excuse every exit and
-/// hold the site's leases while the exits are what is wrong).
+/// hold the site's leases while the exits are what is wrong), nor keep one open once the site
+/// is back (an exit banned before the incident answered 503 during it, then 403 for good).
 const PACE_BAN_MEMORY: f64 = 600.0;
 
 pub struct HealthBoard {
@@ -473,8 +474,8 @@ impl HealthBoard {
                 let failed = b.observe(cfg, signal, trial.site);
                 // A ban for the exit's own pace says nothing of the site (`PACE_BAN_MEMORY`).
                 let pace_ban = report.outcome == Outcome::Block && sh.limited_at.get(hu).is_some_and(|&t| now - t < PACE_BAN_MEMORY);
-                if let (true, Signal::Failure(w)) = (pace_ban, signal) {
-                    b.excuse_site(w);
+                if pace_ban {
+                    b.site_answered();
                 }
                 let is = b.failing(cfg);
                 sh.failing = (sh.failing + is as u32) - was as u32;

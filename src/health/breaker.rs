@@ -225,11 +225,11 @@ impl Breaker {
         Some(failed)
     }
 
-    /// Takes back a failure of weight `w` just observed from the site-failing count: it was
-    /// the exit's own doing (a ban for its pace), not the site failing. Judging the exit is
-    /// unchanged.
-    pub fn excuse_site(&mut self, w: f64) {
-        self.site_strikes = (self.site_strikes - w).max(0.0);
+    /// The failure just observed was the site answering about this exit (a ban for its pace):
+    /// the site works for it, so it no longer counts as failing the site (its 5xx before
+    /// included). Judging the exit is unchanged.
+    pub fn site_answered(&mut self) {
+        self.site_strikes = 0.0;
     }
 
     /// Second half of `record`: the state change the counted evidence calls for.
