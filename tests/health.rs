@@ -455,3 +455,102 @@ fn benching_an_exit_can_start_a_panic_and_unbenching_it_ends_it() {
     p.unbench("e3").unwrap();
     assert_eq!(panics(&p), [(at, "panic"), (later, "normal")]);
 }
+
+/// Most exits rate-limited and then banned for their pace (429s, then 403 for good), as a
+/// site with tight per-IP limits does to a fleet that sends too fast: the exits are at
+/// fault, not the site. No site incident opens (it would excuse the banned exits and hold
+/// every lease for the site), and the banned exits are judged (ejected, within the cap).
+#[test]
+fn bans_that_follow_rate_limits_are_no_site_incident() {
+    let cfg = Config { health: exitpool::HealthConfig { max_ejected: 0.5, ..Default::default() }, ..rr() };
+    let (p, clock, ids) = fleet(8, cfg);
+    let site = "tight.example";
+    let banned = &ids[..6];
+    let mut limited = std::collections::HashMap::<String, u32>::new();
+    for step in 0..400 {
+        clock.advance(0.05).unwrap();
+        let g = match p.try_acquire(0, None, Some(site)) {
+            Ok(g) => g,
+            Err(Refusal::Cooling { .. }) => continue,
+            Err(e) => panic!("step {step}: {e:?}"),
+        };
+        let n = limited.entry(g.exit.id.clone()).or_default();
+        let report = if !banned.contains(&g.exit.id) {
+            status(200)
+        } else if *n < 3 {
+            *n += 1;
+            Report::new(Some(429), Some(0.2), false, None, Some(1.0)).unwrap()
+        } else {
+            status(403)
+        };
+        p.release(g.id, &report);
+    }
+    let kinds: Vec<&str> = p.events(0).iter().map(|e| e.kind).collect();
+    assert!(!kinds.contains(&"site_incident_opened"), "{kinds:?}");
+    assert!(ejected(&p, &ids, site) >= 4, "the banned exits were not judged: {kinds:?}");
+    for id in &ids[6..] {
+        assert!(!p.state(id, Some(site)).unwrap().is_ejected(), "{id}");
+    }
+}
+
+/// A site 403s every exit at once with no rate limit before it (it blocks the whole fleet):
+/// still the site's fault, a site incident; what excuses a block is a 429 on that exit first.
+#[test]
+fn blocks_everywhere_without_rate_limits_are_still_a_site_incident() {
+    let (p, clock, _ids) = fleet(8, rr());
+    for _ in 0..100 {
+        clock.advance(0.05).unwrap();
+        if let Ok(g) = p.try_acquire(0, None, Some("shop.example")) {
+            p.release(g.id, &status(403));
+        }
+    }
+    assert!(p.events(0).iter().any(|e| e.kind == "site_incident_opened"));
+}
+
+/// After a site incident, each success lets the next lease go at once (the ramp doubles per
+/// answer, not per spacing): full traffic comes back within one `incident_interval` (to see
+/// the site is back) plus a round trip per doubling (12 exits: 1, 2, 4, 8, 16), here 0.1 s each.
+#[test]
+fn full_traffic_within_one_interval_and_a_round_trip_per_doubling() {
+    let interval = rr().health.incident_interval;
+    let took = time_to_full_traffic(12, 5.0, 25.0);
+    assert!(took <= interval + 4.0 * 0.1 + 0.05, "full traffic {took:.2} s after the incident ended");
+}
+
+/// A real incident (503 through every exit) in a fleet most of whose exits the site had
+/// already banned for their pace (a 429, then 403 for good): once the site is back the banned
+/// exits answer 403, which shows the site works for them; the incident closes and the exits
+/// that serve get full traffic, rather than the site's leases being held to one a second.
+#[test]
+fn an_incident_closes_when_the_site_is_back_though_most_exits_are_banned() {
+    let cfg = Config { health: exitpool::HealthConfig { max_ejected: 0.1, ..Default::default() }, ..rr() };
+    let (p, clock, ids) = fleet(8, cfg);
+    let site = "tight.example";
+    let banned = &ids[..6];
+    let mut limited = std::collections::HashSet::<String>::new();
+    let mut refused_after = 0;
+    for step in 0..600 {
+        let now = clock.advance(0.05).unwrap();
+        let g = match p.try_acquire(0, None, Some(site)) {
+            Ok(g) => g,
+            Err(Refusal::Cooling { .. }) => {
+                refused_after += (now > 25.0) as u32;
+                continue;
+            }
+            Err(e) => panic!("step {step}: {e:?}"),
+        };
+        let report = if (10.0..20.0).contains(&now) {
+            status(503)
+        } else if !banned.contains(&g.exit.id) {
+            status(200)
+        } else if limited.insert(g.exit.id.clone()) {
+            Report::new(Some(429), Some(0.2), false, None, Some(1.0)).unwrap()
+        } else {
+            status(403)
+        };
+        p.release(g.id, &report);
+    }
+    let kinds: Vec<&str> = p.events(0).iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&"site_incident_opened") && kinds.contains(&"site_incident_closed"), "{kinds:?}");
+    assert_eq!(refused_after, 0, "leases still held for the site 5 s after it came back");
+}

@@ -82,6 +82,19 @@ def test_exitpool_beats_the_naive_pick(world):
         assert pool.into_dead == naive.into_dead == 0
 
 
+def test_exitpool_stays_under_the_sites_limits_and_resumes_after_the_incident(world):
+    """The demo's pool, paced by the world's documented limit, is never banned for its pace, and
+    a site incident holds no lease for the site once the site has been back a second (one
+    ``incident_interval`` to notice, then a round trip per doubling): bans for pace used to open
+    a site incident, or keep one open, that held the site's leases until the end of the run."""
+    scenario, o = world
+    pool = o["exitpool"]
+    assert pool.verdicts["ban"] == 0, pool.failures()
+    end = scenario.incident[1] * DURATION
+    late = [at for at, cause in pool.holds if cause == "cooling: site incident" and at > end + 1.0]
+    assert not late, f"{len(late)} leases held for a site incident after it ended at {end:.2f} s, from {late[0]:.2f} s"
+
+
 def test_time_to_full_traffic_and_requests_into_dead_exits_are_measured(world):
     scenario, o = world
     for outcome in o.values():

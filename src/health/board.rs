@@ -100,6 +100,9 @@ pub struct OutboxVerdict {
 pub(super) struct SiteHealth {
     breakers: Vec<Breaker>,
     cool_until: Vec<f64>,
+    /// When each exit last got a 429 from the site (`-inf`: never): a block soon after is the
+    /// site punishing that exit's pace, not the site failing (see `PACE_BAN_MEMORY`).
+    limited_at: Vec<f64>,
     pub(super) failing: u32,
     ejected: u32,
     pub(super) incident: Option<Incident>,
@@ -129,6 +132,13 @@ const WEIGHT_FLOOR: f64 = 0.05;
 /// In panic, the share of its weight an exit out of service for its tunnel serves at: a
 /// probing exit's, so that the exits still believed healthy take most of the traffic.
 const PANIC_WEIGHT: f64 = 0.1;
+/// How long after a 429 on a pair a block on it is the site banning that exit for its pace
+/// (sites count strikes over a window, fail2ban's `findtime` is ten minutes by default): such
+/// a block is evidence against the exit, never that the site fails, so bans that follow
+/// rate limits on most exits do not make a site incident (which would excuse every exit and
+/// hold the site's leases while the exits are what is wrong), nor keep one open once the site
+/// is back (an exit banned before the incident answered 503 during it, then 403 for good).
+const PACE_BAN_MEMORY: f64 = 600.0;
 
 pub struct HealthBoard {
     pub cfg: HealthConfig,
@@ -440,6 +450,7 @@ impl HealthBoard {
         }
         if report.outcome == Outcome::RateLimited {
             self.cool(h, site, now + self.cfg.cooling(report.retry_after));
+            self.limited(h, site, now);
         }
         let threshold = self.incident_threshold(in_service);
 
@@ -461,10 +472,15 @@ impl HealthBoard {
                 let b = &mut sh.breakers[hu];
                 let was = b.failing(cfg);
                 let failed = b.observe(cfg, signal, trial.site);
+                // A ban for the exit's own pace says nothing of the site (`PACE_BAN_MEMORY`).
+                let pace_ban = report.outcome == Outcome::Block && sh.limited_at.get(hu).is_some_and(|&t| now - t < PACE_BAN_MEMORY);
+                if pace_ban {
+                    b.site_answered();
+                }
                 let is = b.failing(cfg);
                 sh.failing = (sh.failing + is as u32) - was as u32;
                 self.judge_incident(site, threshold, now);
-                self.ramp(site, signal, in_service);
+                self.ramp(site, signal, pace_ban, in_service, now);
                 if let Some(failed) = failed {
                     let sh = &mut self.sites[site as usize];
                     let (suspended, soft, hard) = (sh.incident.is_some(), sh.ejected + 1, self.tunnel_ejected);
@@ -735,6 +751,16 @@ impl HealthBoard {
     /// Until when exit `h` rests for `site` after a 429, if it was told to.
     pub fn cooling_until(&self, h: u32, site: u32) -> Option<f64> {
         self.sites.get(site as usize)?.cool_until.get(h as usize).copied().filter(|t| t.is_finite())
+    }
+
+    /// Exit `h` got a 429 from `site` at `now`.
+    fn limited(&mut self, h: u32, site: u32, now: f64) {
+        self.ensure_site(site);
+        let sh = &mut self.sites[site as usize];
+        if sh.limited_at.len() <= h as usize {
+            sh.limited_at.resize(h as usize + 1, f64::NEG_INFINITY);
+        }
+        sh.limited_at[h as usize] = now;
     }
 
     /// Has exit `h` rest for `site` until `until` (a cooldown saved before a restart).

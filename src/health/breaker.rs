@@ -225,6 +225,13 @@ impl Breaker {
         Some(failed)
     }
 
+    /// The failure just observed was the site answering about this exit (a ban for its pace):
+    /// the site works for it, so it no longer counts as failing the site (its 5xx before
+    /// included). Judging the exit is unchanged.
+    pub fn site_answered(&mut self) {
+        self.site_strikes = 0.0;
+    }
+
     /// Second half of `record`: the state change the counted evidence calls for.
     pub fn judge(&mut self, cfg: &HealthConfig, failed: bool, now: f64, ejection: Ejection, jitter: f64) -> Option<Transition> {
         self.judge_lazily(cfg, failed, now, ejection == Ejection::Suspended, || ejection, jitter)

@@ -74,18 +74,23 @@ impl HealthBoard {
     }
 
     /// A report's signal for `site` during its incident: a success doubles the leases let
-    /// through per interval (no spacing at all once they reach `in_service`), a failure of
-    /// any kind drops them back to one. The next lease's time moves with it at once.
+    /// through per interval (no spacing at all once they reach `in_service`) and lets the next
+    /// one go at once (as an acknowledgement opens TCP's window: waiting out the spacing after
+    /// each doubling would add up to the interval again); evidence that the site still fails
+    /// drops them back to one. A ban for the exit's own pace (`pace_ban`) is no such evidence:
+    /// it leaves the ramp where it is.
     #[inline]
-    pub(super) fn ramp(&mut self, site: u32, signal: Signal, in_service: u32) {
+    pub(super) fn ramp(&mut self, site: u32, signal: Signal, pace_ban: bool, in_service: u32, now: f64) {
         let interval = self.cfg.incident_interval;
         let Some(inc) = self.sites.get_mut(site as usize).and_then(|sh| sh.incident.as_mut()) else { return };
-        inc.rate = match signal {
-            Signal::Success => inc.rate.saturating_mul(2),
-            Signal::Failure(_) | Signal::Captcha | Signal::SiteError => 1,
+        let success = match signal {
+            Signal::Success => true,
+            Signal::Failure(_) if pace_ban => return,
+            Signal::Failure(_) | Signal::Captcha | Signal::SiteError => false,
         };
+        inc.rate = if success { inc.rate.saturating_mul(2) } else { 1 };
         inc.spacing = if inc.rate >= in_service.max(1) { 0.0 } else { interval / inc.rate as f64 };
-        inc.next_lease = inc.last_pass + inc.spacing;
+        inc.next_lease = if success { now.min(inc.last_pass + inc.spacing) } else { inc.last_pass + inc.spacing };
     }
 
     pub(super) fn incident_threshold(&self, in_service: u32) -> u32 {
