@@ -106,3 +106,26 @@ def test_socks_exits_are_accepted_and_relays_closed_with_the_spider():
         assert mw._route(tb.exits[0])[0] == seen[0].server  # kept per exit
         mw._spider_closed(None)
         assert all(r.closed for r in seen) and not mw._relays
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_fresh_gives_every_request_a_connection_and_tunnel_of_its_own(tmp_path, connections, fresh):
+    # A gateway that rotates per connection: with EXITPOOL_FRESH each request, http or https,
+    # opens its own connection to the exit (an https page its own CONNECT tunnel); without it,
+    # Scrapy reuses them.
+    n = 8
+    with Testbed(n_exits=1, rate=10_000.0, burst=10_000) as tb:
+        echo = tb.run(Echo().start())
+        exit_id = tb.exits[0].exit_id
+        urls = [f"{echo.https_url}/headers?n={i}" for i in range(n)] + [f"{tb.site_url}/ip?n={i}" for i in range(n)]
+        plan = [[get(u, exit_id)] for u in urls]  # one step per request: one at a time
+        lines = [f"{e.exit_id} {e.proxy} ip={e.ip}" for e in tb.exits]
+        settings = {"EXITPOOL_PROXY_LIST": lines, "CONCURRENT_REQUESTS": 1, "EXITPOOL_FRESH": fresh}
+        records, summary, _ = crawl(tmp_path, tb, plan, settings=settings)
+        assert [r["status"] for r in records] == [200] * (2 * n)
+        if fresh:
+            assert len(connections) == 2 * n
+            assert tb.proxies[0].tunnels == n
+        else:
+            assert len(connections) < 2 * n
+        tb.run(echo.stop())

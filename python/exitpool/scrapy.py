@@ -165,6 +165,7 @@ class ExitPoolMiddleware:
         wait: float = 30.0,
         auth_encoding: str = "latin-1",
         close_spider: bool = False,
+        fresh: bool = False,
     ) -> None:
         unsupported = sorted(f"{e.exit_id} ({e.scheme})" for e in pool.exits if e.scheme not in _SCHEMES + SOCKS_SCHEMES)
         if unsupported:
@@ -181,6 +182,7 @@ class ExitPoolMiddleware:
         self.wait = float(wait)
         self.auth_encoding = auth_encoding or "latin-1"
         self.close_spider = bool(close_spider)
+        self.fresh = bool(fresh)
         self._leases: Dict[int, Any] = {}
         self._tokens = itertools.count(1)
         self._auth: Dict[str, Optional[bytes]] = {}
@@ -233,6 +235,7 @@ class ExitPoolMiddleware:
             wait=s.getfloat("EXITPOOL_WAIT", 30.0),
             auth_encoding=s.get("HTTPPROXY_AUTH_ENCODING") or "latin-1",
             close_spider=s.getbool("EXITPOOL_CLOSE_SPIDER", False),
+            fresh=s.getbool("EXITPOOL_FRESH", False),
         )
         crawler.signals.connect(mw._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw._spider_closed, signal=signals.spider_closed)
@@ -265,7 +268,10 @@ class ExitPoolMiddleware:
         token = next(self._tokens)
         self._leases[token] = lease
         proxy, auth = self._route(exit)
-        if urlparse_cached(request).scheme == "http" and self._shares_endpoint(exit):
+        # A gateway that rotates per connection gets a new tunnel per lease (EXITPOOL_FRESH or
+        # meta["exitpool_fresh"]): the connection, and the tunnel it rides, ends with the response.
+        fresh = meta.get("exitpool_fresh", self.fresh)
+        if fresh or (urlparse_cached(request).scheme == "http" and self._shares_endpoint(exit)):
             request.headers[b"Connection"] = b"close"
         if auth is None:
             request.headers.pop(b"Proxy-Authorization", None)
