@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import test_fleet
 from exitpool import Gateway, ManualClock, Pool, SessionExitLost
 from redis_server import RedisServer
 
@@ -24,14 +25,8 @@ def resi(**kw):
     return Gateway("resi", URL, slots=20, username="{user}-session-{session}", lifetime=600, **kw)
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store(request, tmp_path):
-    if request.param == "memory":
-        yield f"memory://{tmp_path.name}"
-        return
-    server = RedisServer(tmp_path).start()
-    yield server.url
-    server.stop()
+#: The fleet tests' store fixture: the in-process store, then a real redis-server of the test's own.
+store = test_fleet.store
 
 
 def workers(store, clock, **kw):
