@@ -56,6 +56,21 @@ def test_six_per_second_grants_a_burst_of_six_then_waits_or_raises():
     assert pair(pool, "e0")["tokens"] == 0
 
 
+def test_a_burst_deeper_than_the_rate_goes_at_once_then_the_rate_holds():
+    pool, clock = paced_pool(pacing={SITE: "4/s burst 6"})
+    held = [pool.acquire(site=SITE, timeout=0) for _ in range(6)]
+    with pytest.raises(Cooling) as e:
+        pool.acquire(site=SITE, timeout=0)
+    assert e.value.retry_after == pytest.approx(0.25)
+    assert pair(pool, "e0")["configured"] == "4/s burst 6"
+    for _ in range(8):  # then four a second, as the site's bucket refills
+        clock.advance(0.25)
+        held.append(pool.acquire(site=SITE, timeout=0))
+        with pytest.raises(Cooling):
+            pool.acquire(site=SITE, timeout=0)
+    assert len(held) == 14
+
+
 def test_a_sync_lease_waits_for_budget_within_its_timeout():
     pool = Pool(exits(1), pacing={"*": "20/s"})
     for _ in range(20):
@@ -145,6 +160,8 @@ def test_keyed_sessions_wait_for_their_exit_and_never_move():
         ({SITE: "6/d"}, ['"6/d"', "no unit"]),
         ({SITE: "six/s"}, ['"six/s"', "number of requests"]),
         ({SITE: "0/s"}, ['"0/s"', "0.001 to 1e9"]),
+        ({SITE: "4/s burst 0"}, ['"4/s burst 0"', "no burst of 1 to 1e9"]),
+        ({SITE: "4/s burst"}, ['"4/s burst"', "no burst"]),
         ({SITE: 6}, ["rate strings", "6"]),
         ({"": "6/s"}, ["empty site name"]),
         ("6/s", ["must be a dict", "'6/s'"]),
@@ -164,6 +181,12 @@ def test_a_config_files_pacing_table(tmp_path):
     pool = Pool.from_config(path, clock=clock)
     pool.acquire(site=SITE, timeout=0)
     pool.acquire(site=SITE, timeout=0)
+    with pytest.raises(Cooling):
+        pool.acquire(site=SITE, timeout=0)
+    path.write_text('[pacing]\n"shop.example" = "2/s burst 3"\n\n[[exit]]\nproxy = "http://127.0.0.1:9300"\n')
+    pool = Pool.from_config(path, clock=ManualClock())
+    for _ in range(3):
+        pool.acquire(site=SITE, timeout=0)
     with pytest.raises(Cooling):
         pool.acquire(site=SITE, timeout=0)
     path.write_text('[pacing]\n"shop.example" = "2/fortnight"\n\n[[exit]]\nproxy = "http://127.0.0.1:9300"\n')
@@ -205,6 +228,13 @@ def test_pools_sharing_a_namespace_share_the_budget(store):
         with pytest.raises(Cooling) as e:
             pool.acquire(site=SITE, timeout=0)
         assert 0 < e.value.retry_after <= 15.0
+    # A burst of its own is the fleet's too: six at once per exit, however the pools share them.
+    d = Pool(exits(2), store=store, namespace="deep", pacing={SITE: "4/m burst 6"})
+    e = Pool(exits(2), store=store, namespace="deep", pacing={SITE: "4/m burst 6"})
+    for i in range(12):
+        (d if i % 2 else e).release((d if i % 2 else e).acquire(site=SITE, timeout=0))
+    with pytest.raises(Cooling):
+        d.acquire(site=SITE, timeout=0)
     # Another namespace is another fleet, with budgets of its own.
     c = Pool(exits(2), store=store, namespace="other", pacing={SITE: "4/m"})
     c.release(c.acquire(site=SITE, timeout=0))

@@ -327,7 +327,8 @@ class Pool:
     leased in a loop is renewed fleet-wide once per 1/64 of ``session_ttl``. ``state`` (a
     path; in-process pools only) resumes health, cooldowns, pacing budgets, warm-up pairings and sessions from
     that file and saves them there every ``state_interval`` seconds and on ``close()``.
-    ``pacing`` (``{"shop.example": "6/s", "*": "2/s"}``) gives each (exit, site) pair a request budget:
+    ``pacing`` (``{"shop.example": "6/s", "*": "2/s"}``, or ``"4/s burst 6"`` for a bucket deeper than
+    its rate) gives each (exit, site) pair a request budget:
     a lease goes to an exit with budget for its site or waits for one (within ``timeout``;
     else :class:`Cooling` with ``retry_after``), and a 429 halves the pair's learned rate
     (docs/pacing.md).

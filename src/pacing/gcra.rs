@@ -4,8 +4,9 @@
 //! GCRA keeps one number, the theoretical arrival time `tat`: when the pair would be idle
 //! again had every request been spaced exactly `T = 1 / rate` apart. A request at `now` fits
 //! if `max(tat, now) + T - now <= tau`, the burst tolerance, and moves `tat` on by `T`. Here
-//! `tau` is the configured rate's period (at least one `T`), so an idle pair may send the
-//! period's worth at the learned rate at once ("6/s": six), then one every `T`.
+//! `tau` is the configured rate's tolerance (at least one `T`): the time the configured rate
+//! takes to send its burst, so an idle pair may send that much time's worth at the learned
+//! rate at once ("6/s": six; "4/s burst 6": six), then one every `T`.
 
 use super::rate::Rate;
 
@@ -53,7 +54,7 @@ impl Gcra {
     #[inline]
     pub fn interval(&self, limit: Rate) -> (f64, f64) {
         let t = 1.0 / self.rate;
-        (t, limit.period.max(t))
+        (t, limit.tolerance().max(t))
     }
 
     /// Seconds until a request fits: 0 when one fits now.
@@ -151,6 +152,27 @@ mod tests {
             sent += burst(&mut g, limit, &clock);
         }
         assert_eq!(sent, 60);
+    }
+
+    #[test]
+    fn a_burst_deeper_than_the_rate_goes_at_once_then_the_rate_holds() {
+        let clock = ManualClock::new(10.0);
+        let limit = Rate::parse("a", "4/s burst 6").unwrap();
+        let mut g = Gcra::new(limit);
+        assert_eq!(g.tokens(limit, clock.now()), 6);
+        assert_eq!(burst(&mut g, limit, &clock), 6);
+        assert!((g.wait(limit, clock.now()) - 0.25).abs() < 1e-9);
+        // The site's bucket (6 deep, 4 a second) would take what this sends: four a second.
+        let mut sent = 0;
+        for _ in 0..40 {
+            clock.advance(0.25).unwrap();
+            sent += burst(&mut g, limit, &clock);
+        }
+        assert_eq!(sent, 40);
+        // Learned down to 2/s, the burst window stays 1.5 s: three at once.
+        g.rate = 2.0;
+        clock.advance(10.0).unwrap();
+        assert_eq!(burst(&mut g, limit, &clock), 3);
     }
 
     #[test]
