@@ -1,6 +1,10 @@
 """The oracle (issue 17): on every world, the same workload through a picker told the world's
-truth is an upper bound for exitpool and the naive pick, and exitpool beats the naive pick on
-the rows a user reads. The 95% target is measured (printed with -s), not asserted yet."""
+truth is an upper bound for exitpool and the naive pick, exitpool reaches 95% of its
+successes, and exitpool beats the naive pick on the rows a user reads.
+
+Each world runs 20 seconds a policy: what exitpool pays to discover a dead exit, a flagged one
+and the incident is a fixed number of requests, which a 5-second run weighs four times as
+heavily as a 20-second one (5 s runs measured 89-96% of the oracle, 20 s runs 96-99%)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from exitpool import _demo as demo
 from exitpool._cli import main as cli
 from exitpool.testbed import Hold, Naive, Oracle, PoolPolicy, Scenario, compare
 
-DURATION = 5.0
+DURATION = 20.0
 WORLDS = {"demo": Scenario.demo(), "bad third": Scenario.bad_third(), "tight limits": Scenario.tight_limits()}
 
 
@@ -41,6 +45,12 @@ def test_the_oracle_is_an_upper_bound(world):
         assert outcome.ok <= scenario.capacity(DURATION), (outcome.name, outcome.ok, scenario.capacity(DURATION))
     assert o["oracle"].ok >= o["exitpool"].ok, (o["oracle"].ok, o["exitpool"].ok)
     assert o["oracle"].ok >= o["naive"].ok, (o["oracle"].ok, o["naive"].ok)
+
+
+def test_exitpool_reaches_95_percent_of_the_oracles_successes(world):
+    scenario, o = world
+    oracle, pool = o["oracle"], o["exitpool"]
+    assert pool.share_of(oracle) >= 0.95, (scenario.name, pool.ok, oracle.ok, pool.failures())
 
 
 def test_the_oracle_uses_the_truth(world):
