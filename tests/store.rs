@@ -105,7 +105,7 @@ fn granted(t: Taken) -> (String, u64) {
 }
 
 fn verdict(exit: &str, site: &str, state: State, hold: f64) -> Verdict {
-    Verdict { exit: exit.into(), site: site.into(), state, hold, origin: 7, seq: 0 }
+    Verdict { exit: exit.into(), site: site.into(), state, hold, origin: 7, seq: 0, pace: None }
 }
 
 macro_rules! suite {
@@ -138,6 +138,7 @@ suite!(
     a_session_of_an_older_token_ends_once_for_every_worker,
     a_rebinding_gateway_moves_its_session_to_the_new_token,
     pacing_budgets_are_shared_by_every_worker,
+    a_pace_cut_sits_beside_the_pairs_health_and_takes_no_exit_out,
 );
 
 fn pacing_budgets_are_shared_by_every_worker(s: Subject) {
@@ -362,6 +363,21 @@ fn the_fleet_wide_ejection_cap_refuses_one_too_many(s: Subject) {
     // A quarantine whose hold is over no longer holds a cap slot.
     (s.advance)(0.3);
     assert!(st.publish(&verdict("c", "", State::Quarantined, 30.0), 1).unwrap());
+}
+
+fn a_pace_cut_sits_beside_the_pairs_health_and_takes_no_exit_out(s: Subject) {
+    let st = &s.store;
+    let (_, start) = st.verdicts(0).unwrap();
+    assert!(st.publish(&verdict("a", "shop.example", State::Quarantined, 30.0), 1).unwrap());
+    let cut = Verdict { pace: Some(1.5), ..verdict("a", "shop.example", State::Healthy, 10.0) };
+    assert!(st.publish(&cut, 1).unwrap());
+    let (vs, _) = st.verdicts(start).unwrap();
+    assert_eq!(vs.len(), 2, "{vs:?}");
+    assert_eq!((vs[0].state, vs[0].pace), (State::Quarantined, None));
+    assert_eq!((vs[1].exit.as_str(), vs[1].site.as_str(), vs[1].pace), ("a", "shop.example", Some(1.5)));
+    assert!(vs[1].hold > 5.0 && vs[1].hold <= 10.0, "{}", vs[1].hold);
+    // The quarantine still holds its cap slot: the cut did not put the exit back.
+    assert!(!st.publish(&verdict("b", "shop.example", State::Quarantined, 30.0), 1).unwrap());
 }
 
 fn verdicts_arrive_in_order_with_their_remaining_hold(s: Subject) {

@@ -239,3 +239,28 @@ def test_pools_sharing_a_namespace_share_the_budget(store):
     c = Pool(exits(2), store=store, namespace="other", pacing={SITE: "4/m"})
     c.release(c.acquire(site=SITE, timeout=0))
     assert isinstance(exitpool.Cooling("x", 1.0), exitpool.Error)
+
+
+def test_a_429_one_worker_meets_cuts_the_pace_of_every_worker(store):
+    """The site limits the IP, whichever worker sends through it: a cut (and its Retry-After)
+    reaches the fleet's other workers with the health verdicts, within a second."""
+    ca, cb = ManualClock(), ManualClock()
+    a = Pool(exits(1), store=store, namespace="cut", pacing={SITE: "6/s"}, clock=ca)
+    b = Pool(exits(1), store=store, namespace="cut", pacing={SITE: "6/s"}, clock=cb)
+    b.release(b.acquire(site=SITE, timeout=0))
+    assert pair(b, "e0")["rate"] == 6.0
+    with a.lease(site=SITE, timeout=0) as lease:
+        lease.report(status=429, retry_after=30.0)
+    assert pair(a, "e0")["rate"] == 3.0
+    cb.advance(2.0)  # b's next look at the fleet's verdicts
+    with pytest.raises(Cooling) as e:
+        b.acquire(site=SITE, timeout=0)
+    assert 20.0 < e.value.retry_after <= 30.0 + 1e-6
+    assert pair(b, "e0")["rate"] == 3.0
+    cuts = [ev for ev in b.events() if ev["kind"] == "pace_decreased"]
+    assert len(cuts) == 1 and "another worker of the fleet" in cuts[0]["message"], cuts
+    # The publisher does not apply its own cut a second time.
+    ca.advance(2.0)
+    a.snapshot()
+    assert pair(a, "e0")["rate"] == 3.0
+    assert len([ev for ev in a.events() if ev["kind"] == "pace_decreased"]) == 1

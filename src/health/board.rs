@@ -94,6 +94,8 @@ pub struct OutboxVerdict {
     pub state: State,
     /// Seconds the state holds (infinite for dead, 0 for states that end by evidence).
     pub hold: f64,
+    /// A pace cut instead (`Verdict::pace`): the rate a 429 cut the pair to.
+    pub pace: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -541,10 +543,18 @@ impl HealthBoard {
         self.queue_verdict(h, site, t.to, hold);
     }
 
+    /// Queues a pace cut for the fleet, if there is one: the other workers send through the
+    /// same IP, so the site's 429 is theirs too.
+    pub fn queue_pace(&mut self, exit: u32, site: u32, rate: f64, retry_after: f64) {
+        if let Some(outbox) = &mut self.outbox {
+            outbox.push(OutboxVerdict { exit, site: Some(site), state: State::Healthy, hold: retry_after, pace: Some(rate) });
+        }
+    }
+
     /// Queues a verdict for the fleet, if there is one.
     pub(super) fn queue_verdict(&mut self, exit: u32, site: Option<u32>, state: State, hold: f64) {
         if let Some(outbox) = &mut self.outbox {
-            outbox.push(OutboxVerdict { exit, site, state, hold });
+            outbox.push(OutboxVerdict { exit, site, state, hold, pace: None });
         }
     }
 

@@ -110,6 +110,26 @@ impl Gcra {
         }
         cut.then_some(self.rate)
     }
+
+    /// A cut made by another worker sending through the same IP: the rate drops to theirs
+    /// (within this pool's floor and ceiling) if it is lower, the window starts again (so the
+    /// 429s of that burst reaching this worker do not cut twice), and a `Retry-After` with
+    /// `hold` seconds left holds this pair too. Returns the new rate when it fell.
+    pub fn imposed(&mut self, limit: Rate, rate: f64, hold: f64, now: f64) -> Option<f64> {
+        if !rate.is_finite() {
+            return None;
+        }
+        let fell = rate.max(Gcra::floor(limit)) < self.rate;
+        if fell {
+            self.rate = rate.clamp(Gcra::floor(limit), limit.per_second());
+            self.cut_at = now;
+        }
+        if hold.is_finite() && hold > 0.0 {
+            let (t, tau) = self.interval(limit);
+            self.tat = self.tat.max(now + hold + tau - t);
+        }
+        fell.then_some(self.rate)
+    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,14 @@ impl Pacer {
         }
     }
 
+    /// Another worker's cut of exit `h`'s pace for `site` to `rate`, with `hold` seconds of
+    /// `Retry-After` left. Returns the cut when it lowered this worker's rate.
+    pub fn impose(&mut self, site: u32, h: u32, rate: f64, hold: f64, now: f64) -> Option<Cut> {
+        let r = self.row_mut(site)?;
+        let limit = r.limit;
+        r.cell(h).imposed(limit, rate, hold, now).map(|rate| Cut { rate, limit })
+    }
+
     /// A budget saved by a pool that ran before: its learned rate (kept within this pool's
     /// floor and ceiling for the site) and its arrival time, on this pool's clock.
     pub fn resume(&mut self, site: u32, h: u32, rate: f64, tat: f64) {

@@ -264,7 +264,11 @@ impl Pool {
                 UNSCOPED => Some(0),
                 name => Some(st.site_id(Some(name))),
             };
-            st.board.impose(h, site, v.state, v.hold, now, Reason::Fleet);
+            match (v.pace, site) {
+                (Some(rate), Some(site)) => st.pace_imposed(h, site, rate, v.hold, now),
+                (Some(_), None) => {}
+                (None, _) => st.board.impose(h, site, v.state, v.hold, now, Reason::Fleet),
+            }
         }
         drop(st);
         let mut link = fl.link.lock();
@@ -287,7 +291,7 @@ impl Pool {
             let cap = st.board.ejection_cap(in_service).saturating_add(st.board.ejected());
             let named: Vec<_> = pending
                 .into_iter()
-                .map(|OutboxVerdict { exit: h, site, state, hold }| {
+                .map(|OutboxVerdict { exit: h, site, state, hold, pace }| {
                     let v = Verdict {
                         // A site's own verdict (an incident) names no exit.
                         exit: if h == SITE_VERDICT { String::new() } else { st.exits[h as usize].exit.id.clone() },
@@ -300,6 +304,7 @@ impl Pool {
                         hold,
                         origin: fl.origin,
                         seq: 0,
+                        pace,
                     };
                     (h, site, v)
                 })
@@ -312,7 +317,7 @@ impl Pool {
             if !self.heard(fl, r.as_ref().map(drop).map_err(Clone::clone), now) {
                 return;
             }
-            if r == Ok(false) && h != SITE_VERDICT {
+            if r == Ok(false) && h != SITE_VERDICT && v.pace.is_none() {
                 let mut st = self.state.lock();
                 if st.board.state(h, site) == v.state {
                     st.board.impose(h, site, Health::Degraded, 0.0, now, Reason::FleetCapRefused);

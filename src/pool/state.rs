@@ -821,6 +821,21 @@ impl State {
             crate::pacing::Gcra::floor(cut.limit)
         );
         self.board.events.push(now, EventKind::PaceDecreased, Some(h), Some(site), msg);
+        self.board.queue_pace(h, site, cut.rate, retry_after.unwrap_or(0.0));
+    }
+
+    /// Another worker of the fleet cut exit `h`'s pace for `site` to `rate`, with `hold`
+    /// seconds of its `Retry-After` left: the site limits the IP, whichever worker sends.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn pace_imposed(&mut self, h: u32, site: u32, rate: f64, hold: f64, now: f64) {
+        let Some(cut) = self.pacer.as_mut().and_then(|p| p.impose(site, h, rate, hold, now)) else { return };
+        let after = if hold > 0.0 { format!(", nothing for {hold:.3} s more") } else { String::new() };
+        let msg = format!(
+            "429 from {:?} to another worker of the fleet: pacing for this exit cut to {:.3}/s (configured {}){after}",
+            self.site_names[site as usize], cut.rate, cut.limit
+        );
+        self.board.events.push(now, EventKind::PaceDecreased, Some(h), Some(site), msg);
     }
 
     /// Records a lease of exit `h` (`remote`: its id in the shared store, 0 if none).

@@ -19,7 +19,8 @@ struct Tables {
     pairings: HashMap<(String, String), Pairing>,
     vseq: u64,
     /// (exit, site) -> (verdict, when its hold ends).
-    verdicts: HashMap<(String, String), (Verdict, f64)>,
+    /// By (exit, site, whether it is a pace cut): a pair's pace cut sits beside its health.
+    verdicts: HashMap<(String, String, bool), (Verdict, f64)>,
     /// Site ("" for tunnels) -> exit -> until.
     ejected: HashMap<String, HashMap<String, f64>>,
     counts: HashMap<String, ExitCounts>,
@@ -178,6 +179,12 @@ impl Store for MemoryStore {
     fn publish(&self, v: &Verdict, cap: u32) -> StoreResult<bool> {
         let now = self.clock.now();
         let mut st = self.state.lock();
+        if v.pace.is_some() {
+            st.vseq += 1;
+            let stored = Verdict { seq: st.vseq, ..v.clone() };
+            st.verdicts.insert((v.exit.clone(), v.site.clone(), true), (stored, now + v.hold.max(0.0)));
+            return Ok(true);
+        }
         for set in st.ejected.values_mut() {
             set.retain(|_, until| *until > now);
         }
@@ -201,7 +208,7 @@ impl Store for MemoryStore {
         st.vseq += 1;
         let mut stored = v.clone();
         stored.seq = st.vseq;
-        st.verdicts.insert((v.exit.clone(), v.site.clone()), (stored, until));
+        st.verdicts.insert((v.exit.clone(), v.site.clone(), false), (stored, until));
         Ok(true)
     }
 

@@ -97,6 +97,11 @@ pub struct Verdict {
     pub origin: u64,
     /// Store-assigned order; a pool asks for the verdicts after the last one it saw.
     pub seq: u64,
+    /// A verdict on the pair's pace rather than its health: a 429 cut the rate the publisher
+    /// learned for (exit, site) to this many requests a second, and `hold` is what is left of
+    /// its `Retry-After`. Kept beside the pair's health verdict, never in its place, and it
+    /// takes no exit out (`state` is unused).
+    pub pace: Option<f64>,
 }
 
 /// Fleet-wide figures for one exit.

@@ -651,7 +651,8 @@ impl Store for RedisStore {
                 .arg(hold)
                 .arg(v.origin)
                 .arg(cap)
-                .arg(if ejects(v.state) { "1" } else { "0" });
+                .arg(if ejects(v.state) { "1" } else { "0" })
+                .arg(v.pace.map_or(String::new(), |r| r.to_string()));
             let seq = inv.invoke(con)?;
             self.inner.replicated(con).map(|()| seq)
         })?;
@@ -667,8 +668,13 @@ impl Store for RedisStore {
         let mut out = Vec::with_capacity(rest.len() / 2);
         for pair in rest.chunks_exact(2) {
             let (exit, site) = pair[0].split_once('\u{1f}').ok_or_else(|| bad("verdicts"))?;
+            let site = site.strip_suffix("\u{1f}pace").unwrap_or(site);
             let fields: Vec<&str> = pair[1].split('\u{1f}').collect();
-            let [seq, state, until, origin] = fields.as_slice() else { return Err(bad("verdicts")) };
+            let (seq, state, until, origin, pace) = match fields.as_slice() {
+                [seq, state, until, origin] => (seq, state, until, origin, None),
+                [seq, state, until, origin, pace] => (seq, state, until, origin, Some(pace.parse::<f64>().map_err(|_| bad("verdicts"))?)),
+                _ => return Err(bad("verdicts")),
+            };
             let hold = match *until {
                 "+inf" => f64::INFINITY,
                 u => ((u.parse::<f64>().map_err(|_| bad("verdicts"))? - now) / 1000.0).max(0.0),
@@ -680,6 +686,7 @@ impl Store for RedisStore {
                 hold,
                 origin: origin.parse().map_err(|_| bad("verdicts"))?,
                 seq: seq.parse().map_err(|_| bad("verdicts"))?,
+                pace,
             });
         }
         out.sort_by_key(|v| v.seq);

@@ -1,11 +1,20 @@
 -- A health verdict for every worker, under the fleet-wide ejection cap.
 -- ARGV: prefix, exit, site ('' for the tunnel), state, hold_ms (-1: until revived), origin,
---       cap, ejects (1 if the state takes the exit out). Returns the verdict's seq, 0 if refused.
+--       cap, ejects (1 if the state takes the exit out), pace (a pace cut's rate, else '').
+-- Returns the verdict's seq, 0 if refused.
 local p, exit, site, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local hold, origin, cap, ejects = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+local pace = ARGV[9] or ''
 -- A verdict about the site itself (an incident: no exit) takes no exit out.
 if exit == '' then ejects = false end
 local now = now_ms()
+if pace ~= '' then
+  -- A pace cut: beside the pair's health verdict, never in its place; no exit goes out.
+  local seq = redis.call('INCR', p .. 'vseq')
+  local untl = tostring(now + math.max(hold, 0))
+  redis.call('HSET', p .. 'verdicts', exit .. '\31' .. site .. '\31pace', seq .. '\31' .. state .. '\31' .. untl .. '\31' .. origin .. '\31' .. pace)
+  return seq
+end
 local tunnel = p .. 'ejected:'
 local scope = p .. 'ejected:' .. site
 redis.call('ZREMRANGEBYSCORE', tunnel, '-inf', now)
