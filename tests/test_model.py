@@ -610,8 +610,12 @@ class PoolModel(RuleBasedStateMachine):
         max_ejected of the exits in service (one always may go) and leaving min_in_service
         serving the site, counting every exit out for it (``held``). Exits coming back, benched
         or removed change nothing here."""
+        # Newly out: out now on the site's verdict and not out at all before. An exit that was
+        # already out (its tunnel too) and stays out holds the cap slot it had: its site breaker
+        # may have been out all along behind its tunnel's state (`pool.state` shows the worse of
+        # the two), and a failed trial sends a half-open breaker back without a new ejection.
         before = self.held.get(scope, set())
-        self.held[scope] = soft
+        self.held[scope] = held
         if soft - before:
             if where != "the step":
                 event(f"an ejection checked within {where}")
