@@ -296,8 +296,11 @@ impl PyPool {
         // The lease is made once it is granted, so its state is set without the lock that a
         // lease Python can see needs.
         let (grant, timeout, avoid) = self.asking(py, key.as_ref(), site.as_ref(), timeout, avoid, |k, s, timeout, avoid| {
-            let ids: Vec<&str> = avoid.iter().flat_map(|ids| ids.iter().map(|id| &**id)).collect();
-            Ok((self.acquire_sync(py, k, s, &ids, timeout)?, timeout, avoid))
+            let grant = match &avoid {
+                None => self.acquire_sync(py, k, s, &[], timeout)?,
+                Some(ids) => self.acquire_sync(py, k, s, &ids.iter().map(|id| &**id).collect::<Vec<_>>(), timeout)?,
+            };
+            Ok((grant, timeout, avoid))
         })?;
         let mut state = LeaseState::default();
         state.take(grant);
