@@ -7,7 +7,7 @@ use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
 use super::gateway::PyGateway;
-use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease};
+use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease, Timeout};
 use super::ring::extract_replicas;
 use super::snapshot;
 use super::text::{any_text, opt_text, text, with_key};
@@ -70,7 +70,7 @@ impl PyPool {
             pool: self.handle.clone(),
             key: key.map(Bound::unbind),
             site: site.map(Bound::unbind),
-            timeout,
+            timeout: Timeout::of(timeout),
             avoid,
             state: Mutex::new(state),
         }
