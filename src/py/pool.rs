@@ -285,7 +285,7 @@ impl PyPool {
 
     /// Leases at once (waiting up to `timeout` for a free slot); pair with `release`.
     #[pyo3(signature = (key=None, *, site=None, timeout=None, avoid=None))]
-    fn acquire(
+    pub(super) fn acquire(
         &self,
         py: Python<'_>,
         key: Option<Bound<'_, PyString>>,
@@ -313,7 +313,7 @@ impl PyPool {
     /// then raises.
     #[pyo3(signature = (lease, *, status=None, latency=None, captcha=None, error=None, retry_after=None))]
     #[allow(clippy::too_many_arguments)]
-    fn release(
+    pub(super) fn release(
         &self,
         py: Python<'_>,
         lease: &Bound<'_, PyLease>,
