@@ -28,8 +28,19 @@ unsafe impl Sync for MethodDef {}
 unsafe impl Send for MethodDef {}
 
 /// What a hand-made method returns to CPython: the result as a new reference, or NULL with the
-/// error (or a panic, as a `PanicException`, as in PyO3's methods) set.
+/// error (or a panic, as a `PanicException`, as in PyO3's methods) set. Inlined, with the error
+/// out of line: the call was 1% of a lease pair.
+#[inline(always)]
 pub(super) fn returned(outcome: std::thread::Result<PyResult<Py<PyAny>>>, what: &str) -> *mut ffi::PyObject {
+    match outcome {
+        Ok(Ok(obj)) => obj.into_ptr(),
+        failed => raised(failed, what),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn raised(outcome: std::thread::Result<PyResult<Py<PyAny>>>, what: &str) -> *mut ffi::PyObject {
     let err = match outcome {
         Ok(Ok(obj)) => return obj.into_ptr(),
         Ok(Err(err)) => err,
