@@ -159,6 +159,26 @@ impl<'a, 'py> Call<'a, 'py> {
     }
 }
 
+/// The body of a hand-made `Pool` method: `body` gets the call; a panic becomes an exception.
+///
+/// # Safety
+/// As CPython calls a `METH_FASTCALL | METH_KEYWORDS` method of `Pool` (see [`Call::of`]).
+#[inline(always)]
+unsafe fn pool_method(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    what: &str,
+    body: impl for<'a, 'py> FnOnce(Python<'py>, Call<'a, 'py>) -> PyResult<Py<PyAny>>,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls methods only from a thread attached to the interpreter.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: as this function's caller promises.
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(py, unsafe { Call::of(py, slf, args, nargs, kwnames) })));
+    returned(outcome, what)
+}
+
 /// `Pool.acquire`: `acquire()` and `acquire(key)` with a str key here, any other call through
 /// the PyO3 method.
 unsafe extern "C" fn acquire_fast(
@@ -167,23 +187,21 @@ unsafe extern "C" fn acquire_fast(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods only from a thread attached to the interpreter.
-    let py = unsafe { Python::assume_attached() };
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: as CPython calls a METH_FASTCALL | METH_KEYWORDS method of Pool.
-        let call = unsafe { Call::of(py, slf, args, nargs, kwnames) };
-        let key = match (call.args.len(), call.only_arg()) {
-            (0, _) if kwnames.is_null() => None,
-            (_, Some(arg)) => match arg.cast::<PyString>() {
-                Ok(key) => Some(key.to_owned()),
-                Err(_) => return call.to_full(&ACQUIRE_FULL),
-            },
-            _ => return call.to_full(&ACQUIRE_FULL),
-        };
-        let lease = call.pool.get().acquire(py, key, None, None, None)?;
-        Ok(Bound::new(py, lease)?.into_any().unbind())
-    }));
-    returned(outcome, "Pool.acquire")
+    // SAFETY: CPython calls this as a METH_FASTCALL | METH_KEYWORDS method of Pool.
+    unsafe {
+        pool_method(slf, args, nargs, kwnames, "Pool.acquire", |py, call| {
+            let key = match (call.args.len(), call.only_arg()) {
+                (0, _) if call.kwnames.is_null() => None,
+                (_, Some(arg)) => match arg.cast::<PyString>() {
+                    Ok(key) => Some(key.to_owned()),
+                    Err(_) => return call.to_full(&ACQUIRE_FULL),
+                },
+                _ => return call.to_full(&ACQUIRE_FULL),
+            };
+            let lease = call.pool.get().acquire(py, key, None, None, None)?;
+            Ok(Bound::new(py, lease)?.into_any().unbind())
+        })
+    }
 }
 
 /// `Pool.release`: `release(lease)` here, any other call (a report's keywords, an argument that
@@ -194,19 +212,17 @@ unsafe extern "C" fn release_fast(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods only from a thread attached to the interpreter.
-    let py = unsafe { Python::assume_attached() };
-    let outcome = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: as CPython calls a METH_FASTCALL | METH_KEYWORDS method of Pool.
-        let call = unsafe { Call::of(py, slf, args, nargs, kwnames) };
-        let arg = call.only_arg();
-        match arg.as_ref().map(|arg| arg.cast::<PyLease>()) {
-            Some(Ok(lease)) => {
-                let released = call.pool.get().release(py, &lease, None, None, None, None, None)?;
-                Ok(pyo3::types::PyBool::new(py, released).to_owned().into_any().unbind())
+    // SAFETY: CPython calls this as a METH_FASTCALL | METH_KEYWORDS method of Pool.
+    unsafe {
+        pool_method(slf, args, nargs, kwnames, "Pool.release", |py, call| {
+            let arg = call.only_arg();
+            match arg.as_ref().map(|arg| arg.cast::<PyLease>()) {
+                Some(Ok(lease)) => {
+                    let released = call.pool.get().release(py, &lease, None, None, None, None, None)?;
+                    Ok(pyo3::types::PyBool::new(py, released).to_owned().into_any().unbind())
+                }
+                _ => call.to_full(&RELEASE_FULL),
             }
-            _ => call.to_full(&RELEASE_FULL),
-        }
-    }));
-    returned(outcome, "Pool.release")
+        })
+    }
 }
