@@ -4,6 +4,7 @@ subsets, bounded loads and bad input. Every time-dependent behaviour runs on a M
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import socket
 
@@ -321,6 +322,52 @@ def test_acquire_and_release_without_with(pool):
     assert pool.release(lease) is True
     assert not lease.active
     assert pool_outcomes(pool) == {"success": 1}
+
+
+def test_every_form_of_acquire_and_release_behaves_alike(pool):
+    """`acquire()`, `acquire(key)` and `release(lease)` take a shorter way into the extension
+    than calls with keywords or arguments of other types; a user sees the same methods."""
+    key_params = ["self", "key", "site", "timeout", "avoid"]
+    assert list(inspect.signature(Pool.acquire).parameters) == key_params
+    assert list(inspect.signature(pool.lease).parameters) == key_params[1:]
+    release = inspect.signature(Pool.release).parameters
+    assert list(release) == ["self", "lease", "status", "latency", "captcha", "error", "retry_after"]
+    assert release["status"].kind is inspect.Parameter.KEYWORD_ONLY and release["status"].default is None
+    assert Pool.acquire.__doc__.startswith("Leases at once") and Pool.release.__doc__.startswith("Ends a lease")
+
+    class Key(str):
+        pass
+
+    # The same key as a str subclass, positional or by keyword: one session.
+    first = pool.acquire(Key("k"))
+    assert first.key == "k" and pool.release(first) is True
+    second = pool.acquire(key="k")
+    assert second.exit_id == first.exit_id and second.strategy == "session"
+    assert Pool.release(pool, second) is True and Pool.release(pool, second) is False
+    keyless = Pool.acquire(pool)
+    assert keyless.key is None and pool.release(lease=keyless) is True
+
+    with pytest.raises(TypeError, match="lease"):
+        pool.release("not a lease")
+    with pytest.raises(TypeError):
+        pool.release()
+    with pytest.raises(TypeError):
+        pool.release(first, 200)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        pool.release(first, outcome=200)
+    with pytest.raises(TypeError, match="key"):
+        pool.acquire(7)
+    with pytest.raises(TypeError):
+        pool.acquire("a", "b")
+    with pytest.raises(TypeError):
+        Pool.release(object(), first)
+
+    # A refusal raises through either way.
+    for exit_id in ("sess-a1b2", "sess-c3d4"):
+        pool.bench(exit_id)
+    for call in (lambda: pool.acquire(), lambda: pool.acquire("new-key"), lambda: pool.acquire(site="s")):
+        with pytest.raises(NoExitAvailable):
+            call()
 
 
 def test_release_with_an_outcome(pool):

@@ -152,21 +152,30 @@ pub(super) struct Moved {
     listed: Vec<bool>,
 }
 
-/// Exit `h`'s active leases moved from `was` to what its slot holds now.
-#[inline]
+/// Exit `h`'s active leases moved from `was` to what its slot holds now. The test is inlined
+/// into every acquire and release, the listing (`least_conn`, or an exit leaving
+/// `max_leases`) is a call.
+#[inline(always)]
 pub(super) fn active_changed(moved: &mut Moved, cfg: &Config, slot: &ExitSlot, h: u32, was: u32) {
     let max = cfg.max_leases.unwrap_or(u32::MAX);
     let was_full = was >= max && slot.active < max;
     if cfg.strategy != Strategy::LeastConn && !was_full {
         return;
     }
-    let i = h as usize;
-    if moved.listed.len() <= i {
-        moved.listed.resize(i + 1, false);
-    }
-    if !moved.listed[i] {
-        moved.listed[i] = true;
-        moved.list.push(h);
+    moved.list_once(h);
+}
+
+impl Moved {
+    #[inline(never)]
+    fn list_once(&mut self, h: u32) {
+        let i = h as usize;
+        if self.listed.len() <= i {
+            self.listed.resize(i + 1, false);
+        }
+        if !self.listed[i] {
+            self.listed[i] = true;
+            self.list.push(h);
+        }
     }
 }
 
@@ -391,8 +400,9 @@ impl State {
         freed
     }
 
-    /// A lease of exit `h` ended (released or expired): see `active_changed`.
-    #[inline]
+    /// A lease of exit `h` ended (released or expired): see `active_changed`. Inlined: out of
+    /// line, its call cost as much as its two comparisons.
+    #[inline(always)]
     pub(super) fn lease_ended(&mut self, h: u32) {
         let slot = &self.exits[h as usize];
         active_changed(&mut self.moved, &self.cfg, slot, h, slot.active + 1);
@@ -432,8 +442,17 @@ impl State {
         }
     }
 
+    /// A site's id, the site added on first sight. Inlined: nearly every lease has no site, and
+    /// the call cost more than that answer.
+    #[inline(always)]
     pub(super) fn site_id(&mut self, site: Option<&str>) -> u32 {
-        let Some(site) = site else { return 0 };
+        match site {
+            None => 0,
+            Some(site) => self.named_site_id(site),
+        }
+    }
+
+    fn named_site_id(&mut self, site: &str) -> u32 {
         if let Some(&id) = self.sites.get(site) {
             return id;
         }
@@ -765,11 +784,17 @@ impl State {
 
     /// The handles of the exits a keyless pick must pass over (none for a keyed lease); ids
     /// no longer in the pool are dropped. Empty, it allocates nothing.
+    /// Inlined, with the lookup out of line: nearly every lease avoids nothing.
+    #[inline(always)]
     pub(super) fn avoided(&self, key: Option<&str>, avoid: &[&str]) -> Vec<u32> {
-        match key {
-            Some(_) => Vec::new(),
-            None => avoid.iter().filter_map(|id| self.by_id.get(*id).copied()).collect(),
+        if key.is_some() || avoid.is_empty() {
+            return Vec::new();
         }
+        self.avoided_handles(avoid)
+    }
+
+    fn avoided_handles(&self, avoid: &[&str]) -> Vec<u32> {
+        avoid.iter().filter_map(|id| self.by_id.get(*id).copied()).collect()
     }
 
     /// Learns the (exit, site) pair's rate from a report, and announces a cut. No

@@ -18,8 +18,10 @@ pub(super) struct Dispatch {
 }
 
 impl Dispatch {
-    /// Costs one atomic load when nothing happened, which is nearly always.
-    #[inline]
+    /// Costs one atomic load when nothing happened, which is nearly always: inlined into the
+    /// lease path, with the delivery itself out of line (inlined, it made this a call with a
+    /// large prologue on every acquire and release).
+    #[inline(always)]
     pub(super) fn deliver(&self, py: Python<'_>, core: &Pool) {
         if let Some(claimed) = self.delivered.claim(core.event_seq()) {
             // Delivery must never fail the call that triggered it.
@@ -43,6 +45,8 @@ impl Dispatch {
     }
 
     /// Delivers events `from..to`, the range this caller claimed.
+    #[cold]
+    #[inline(never)]
     fn deliver_range(&self, py: Python<'_>, core: &Pool, from: u64, to: u64) -> PyResult<()> {
         static DELIVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let events = events_list(py, core, from, to)?;

@@ -14,11 +14,12 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 #[derive(Default)]
 pub(super) struct LeaseState {
-    id: Option<LeaseId>,
+    id: Granted,
     exit: Option<Arc<Exit>>,
     /// How the exit was chosen and its health then, named only when asked: a lease that
     /// moves through the bindings stays small.
@@ -33,9 +34,45 @@ pub(super) struct LeaseState {
 
 impl LeaseState {
     pub(super) fn take(&mut self, grant: Grant) {
-        self.id = Some(grant.id);
+        self.id = Granted::of(grant.id);
         self.exit = Some(grant.exit);
         self.chosen = Some((grant.choice, grant.state));
+    }
+}
+
+/// A lease's id once granted, in the 8 bytes of a `u64` (an `Option<LeaseId>` takes 16), so
+/// that a `PyLease` stays within the 128 bytes Rust moves with inline copies: at 152 bytes,
+/// making one called `memcpy`. Kept as the id's complement, zero (an id of `u64::MAX`, slot
+/// index `u32::MAX`) being a slot no pool reaches.
+#[derive(Clone, Copy, Default)]
+struct Granted(Option<NonZeroU64>);
+
+impl Granted {
+    fn of(id: LeaseId) -> Granted {
+        Granted(NonZeroU64::new(!id))
+    }
+
+    fn get(self) -> Option<LeaseId> {
+        self.0.map(|n| !n.get())
+    }
+
+    fn is_some(self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// `timeout=` as a lease keeps it: NaN for none (a checked timeout is a finite number), in 8
+/// bytes rather than an `Option<f64>`'s 16 (see [`Granted`]).
+#[derive(Clone, Copy)]
+pub(super) struct Timeout(f64);
+
+impl Timeout {
+    pub(super) fn of(timeout: Option<f64>) -> Timeout {
+        Timeout(timeout.unwrap_or(f64::NAN))
+    }
+
+    pub(super) fn get(self) -> Option<f64> {
+        (!self.0.is_nan()).then_some(self.0)
     }
 }
 
@@ -91,14 +128,20 @@ pub struct PyLease {
     pub(super) pool: Arc<PoolHandle>,
     pub(super) key: Option<Py<PyString>>,
     pub(super) site: Option<Py<PyString>>,
-    pub(super) timeout: Option<f64>,
+    pub(super) timeout: Timeout,
     /// Exit ids a keyless pick passes over (`avoid=`); `None` for nearly every lease.
     pub(super) avoid: Avoid,
     pub(super) state: Mutex<LeaseState>,
 }
 
-/// Exit ids a keyless pick passes over; `None` for nearly every lease.
-pub(super) type Avoid = Option<Box<[Box<str>]>>;
+// Making a lease moves it into its Python object: within 128 bytes that is inline copies, not
+// a call to `memcpy` (see `Granted`).
+const _: () = assert!(std::mem::size_of::<PyLease>() <= 128);
+
+/// Exit ids a keyless pick passes over; `None` for nearly every lease. Boxed twice, so that
+/// the field is one pointer (see [`Granted`]); a list allocates anyway.
+#[allow(clippy::redundant_allocation)]
+pub(super) type Avoid = Option<Box<Box<[Box<str>]>>>;
 
 /// `avoid=`: a collection of exit ids (str), read; which leases may have one is the core's
 /// rule (`avoid_list`: keyless leases only).
@@ -117,7 +160,7 @@ pub(super) fn avoid_of(py: Python<'_>, ids: &Bound<'_, PyAny>, keyed: bool) -> P
         })?;
         out.push(Box::<str>::from(text(id, "an exit id in avoid")?));
     }
-    avoid_list(keyed, out).py_err(py)
+    avoid_list(keyed, out).map(|ids| ids.map(Box::new)).py_err(py)
 }
 
 impl PyLease {
@@ -187,8 +230,9 @@ impl PyLease {
     fn obtain(&self, py: Python<'_>) -> PyResult<Grant> {
         // Reading cannot fail: `lease()` read both strings already (refusing one that is not
         // valid text by name), and they are immutable with their UTF-8 cached since.
-        self.asking(py, |key, site, avoid| self.pool.acquire_sync(py, key, site, avoid, self.timeout))
-            .unwrap_or_else(|_| Err(refusal_to_py(py, Refusal::NoExits, &self.pool.what, self.timeout)))
+        let timeout = self.timeout.get();
+        self.asking(py, |key, site, avoid| self.pool.acquire_sync(py, key, site, avoid, timeout))
+            .unwrap_or_else(|_| Err(refusal_to_py(py, Refusal::NoExits, &self.pool.what, timeout)))
     }
 
     /// Checks a report's every argument; bad input raises `InvalidInput` naming the value
@@ -229,7 +273,7 @@ impl PyLease {
     pub(super) fn finish(&self, py: Python<'_>, ending: Ending) -> bool {
         let (id, report) = {
             let mut st = self.state.lock();
-            let Some(id) = st.id else {
+            let Some(id) = st.id.get() else {
                 st.done = true;
                 return false;
             };
@@ -338,7 +382,7 @@ impl PyLease {
         static AENTER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let py = slf.py();
         slf.get().check_fresh(py)?;
-        let timeout = slf.get().timeout;
+        let timeout = slf.get().timeout.get();
         AENTER.import(py, "exitpool._lease", "_aenter")?.call1((slf, timeout))
     }
 
@@ -451,7 +495,7 @@ impl PyLease {
     #[getter]
     fn strategy(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.and(st.chosen).map(|(choice, _)| choice.name())
+        st.id.get().and(st.chosen).map(|(choice, _)| choice.name())
     }
 
     /// The exit's health for this lease's site when it was chosen ("healthy", "degraded" or
@@ -459,7 +503,7 @@ impl PyLease {
     #[getter]
     fn exit_state(&self) -> Option<&'static str> {
         let st = self.state.lock();
-        st.id.and(st.chosen).map(|(_, health)| health.name())
+        st.id.get().and(st.chosen).map(|(_, health)| health.name())
     }
 
     /// Whether the lease is live: acquired, not released, and not expired by the pool's clock
@@ -467,7 +511,7 @@ impl PyLease {
     #[getter]
     fn active(&self) -> bool {
         let st = self.state.lock();
-        st.id.is_some_and(|id| !st.done && self.pool.core.is_live(id))
+        st.id.get().is_some_and(|id| !st.done && self.pool.core.is_live(id))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -476,7 +520,7 @@ impl PyLease {
             Some(k) => k.bind(py).repr().map(|r| r.to_string()).unwrap_or_default(),
             None => "None".into(),
         };
-        let state = match st.id {
+        let state = match st.id.get() {
             _ if st.done => "released",
             Some(id) if self.pool.core.is_live(id) => "active",
             Some(_) => "expired",

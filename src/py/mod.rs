@@ -12,6 +12,7 @@ mod config;
 mod errors;
 mod events;
 mod exit;
+mod fast;
 mod gateway;
 mod lease;
 mod pool;
@@ -34,6 +35,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::PyRing>()?;
     ring::install_fast_paths(m.py())?;
     m.add_class::<pool::PyPool>()?;
+    fast::install(m.py())?;
     m.add_class::<lease::PyLease>()?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<config::PyConfigFile>()?;

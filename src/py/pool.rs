@@ -7,7 +7,7 @@ use super::errors::{at_key, invalid_input, refusal_to_py, IntoPyResult};
 use super::events::{events_list, Dispatch};
 use super::exit::{capacity_of, extract_int, judged_int, Float, PyExit};
 use super::gateway::PyGateway;
-use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease};
+use super::lease::{avoid_of, Avoid, Ending, LeaseState, PyLease, Timeout};
 use super::ring::extract_replicas;
 use super::snapshot;
 use super::text::{any_text, opt_text, text, with_key};
@@ -70,7 +70,7 @@ impl PyPool {
             pool: self.handle.clone(),
             key: key.map(Bound::unbind),
             site: site.map(Bound::unbind),
-            timeout,
+            timeout: Timeout::of(timeout),
             avoid,
             state: Mutex::new(state),
         }
@@ -285,7 +285,7 @@ impl PyPool {
 
     /// Leases at once (waiting up to `timeout` for a free slot); pair with `release`.
     #[pyo3(signature = (key=None, *, site=None, timeout=None, avoid=None))]
-    fn acquire(
+    pub(super) fn acquire(
         &self,
         py: Python<'_>,
         key: Option<Bound<'_, PyString>>,
@@ -296,8 +296,11 @@ impl PyPool {
         // The lease is made once it is granted, so its state is set without the lock that a
         // lease Python can see needs.
         let (grant, timeout, avoid) = self.asking(py, key.as_ref(), site.as_ref(), timeout, avoid, |k, s, timeout, avoid| {
-            let ids: Vec<&str> = avoid.iter().flat_map(|ids| ids.iter().map(|id| &**id)).collect();
-            Ok((self.acquire_sync(py, k, s, &ids, timeout)?, timeout, avoid))
+            let grant = match &avoid {
+                None => self.acquire_sync(py, k, s, &[], timeout)?,
+                Some(ids) => self.acquire_sync(py, k, s, &ids.iter().map(|id| &**id).collect::<Vec<_>>(), timeout)?,
+            };
+            Ok((grant, timeout, avoid))
         })?;
         let mut state = LeaseState::default();
         state.take(grant);
@@ -310,7 +313,7 @@ impl PyPool {
     /// then raises.
     #[pyo3(signature = (lease, *, status=None, latency=None, captcha=None, error=None, retry_after=None))]
     #[allow(clippy::too_many_arguments)]
-    fn release(
+    pub(super) fn release(
         &self,
         py: Python<'_>,
         lease: &Bound<'_, PyLease>,

@@ -1,16 +1,15 @@
 //! `Ring`: the core ring plus the Python `Exit` objects its owner handles stand for.
 //!
-//! `assign` is installed by hand as a `METH_O` method ([`install_fast_paths`]): under the
-//! abi3-py39 limited API PyO3 can only generate methods that take an argument tuple, and
-//! building and parsing that tuple cost about 50 ns a call, more than hashing the key.
+//! `assign` is installed by hand as a `METH_O` method ([`install_fast_paths`]): PyO3's
+//! argument parsing cost more than hashing the key (see `fast.rs`).
 
 use super::errors::{invalid_input, no_exit_available, IntoPyResult};
 use super::exit::PyExit;
+use super::fast::{returned, MethodDef};
 use super::text::{opt_text, text, with_key, with_list_utf8, BATCH};
 use crate::ring::Ring;
 use parking_lot::RwLock;
 use pyo3::ffi;
-use pyo3::panic::PanicException;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use std::sync::Arc;
@@ -217,12 +216,6 @@ impl PyRing {
     }
 }
 
-/// A method definition CPython can keep a pointer to for the life of the process.
-struct MethodDef(ffi::PyMethodDef);
-
-// SAFETY: the definition is never written after construction; CPython only reads it.
-unsafe impl Sync for MethodDef {}
-
 static ASSIGN: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"assign".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer { PyCFunction: assign_o },
@@ -253,20 +246,9 @@ unsafe extern "C" fn assign_o(slf: *mut ffi::PyObject, key: *mut ffi::PyObject) 
         // `self` is an instance of it before calling (`descr_check`), so `slf` is a live
         // PyRing; `key` is a live argument that CPython holds for the duration of the call.
         let (ring, key) = unsafe { (Borrowed::from_ptr(py, slf).cast_unchecked::<PyRing>(), Borrowed::from_ptr(py, key)) };
-        ring.get().assign(py, &key)
+        ring.get().assign(py, &key).map(Py::into_any)
     }));
-    let err = match outcome {
-        Ok(Ok(exit)) => return exit.into_ptr(),
-        Ok(Err(err)) => err,
-        Err(payload) => {
-            let msg = payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
-            PanicException::new_err(msg.unwrap_or_else(|| "panic in Ring.assign".into()))
-        }
-    };
-    // Through PyO3's attach, so that the objects `restore` lets go of are released at once
-    // rather than deferred (PyO3 does not know that CPython's call left the thread attached).
-    Python::attach(|py| err.restore(py));
-    std::ptr::null_mut()
+    returned(outcome, "Ring.assign")
 }
 
 /// The keys as a list, drawing a lazy iterable out before any lock is taken.
