@@ -64,13 +64,29 @@ impl Members for Avoiding<'_> {
 /// so health can shade a weight finely.
 const WEIGHT_SCALE: f64 = 1000.0;
 
+impl ViewMembers<'_> {
+    /// Member `m`'s handle and its active leases and capacity, from the board's record of the
+    /// exit (one cache line with its tunnel's admission and weight factor), not its slot.
+    #[inline]
+    fn load(&self, m: usize) -> (u32, u32, u32) {
+        let h = self.members[m];
+        let (active, capacity) = self.board.load(h);
+        debug_assert_eq!(
+            (active, capacity),
+            (self.exits[h as usize].active, self.exits[h as usize].capacity()),
+            "exit {h}'s record disagrees with its slot"
+        );
+        (h, active, capacity)
+    }
+}
+
 impl Members for ViewMembers<'_> {
     fn len(&self) -> usize {
         self.members.len()
     }
     #[inline]
     fn full(&self, m: usize) -> bool {
-        self.exits[self.members[m] as usize].active >= self.max_leases
+        self.load(m).1 >= self.max_leases
     }
     #[inline]
     fn serving(&self, m: usize) -> bool {
@@ -82,29 +98,27 @@ impl Members for ViewMembers<'_> {
     }
     #[inline]
     fn capacity(&self, m: usize) -> u32 {
-        self.exits[self.members[m] as usize].capacity()
+        self.load(m).2
     }
     #[inline]
     fn weight(&self, m: usize) -> i64 {
-        let h = self.members[m];
-        let capacity = self.exits[h as usize].capacity().max(1) as f64;
+        let (h, _, capacity) = self.load(m);
+        let capacity = capacity.max(1) as f64;
         // Round half up by hand: weights are never negative, and `f64::round` is a libm call
         // on baseline x86-64 (no SSE4.1) that perf put at 8% of a keyless pair.
         ((capacity * self.board.weight(h, self.site) * WEIGHT_SCALE + 0.5) as i64).max(1)
     }
     #[inline]
     fn prefetch(&self, m: usize) {
-        let h = self.members[m];
-        crate::prefetch::prefetch(&self.exits[h as usize]);
-        self.board.prefetch(h, self.site);
+        self.board.prefetch_pick(self.members[m], self.site);
     }
     #[inline]
     fn full_weight(&self, m: usize) -> i64 {
-        (self.exits[self.members[m] as usize].capacity().max(1) as f64 * WEIGHT_SCALE) as i64
+        (self.load(m).2.max(1) as f64 * WEIGHT_SCALE) as i64
     }
     #[inline]
     fn active(&self, m: usize) -> u32 {
-        self.exits[self.members[m] as usize].active
+        self.load(m).1
     }
     #[inline]
     fn last_used(&self, m: usize) -> f64 {
