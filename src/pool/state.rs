@@ -650,8 +650,9 @@ impl State {
                 let State { views, exits, last_used, rng, cfg, board, pacer, .. } = self;
                 let v = &mut views[view as usize];
                 let pace = pacer.as_deref().and_then(|p| p.row(site));
+                let dense = super::members::dense(&v.members);
                 let members =
-                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
+                    ViewMembers { members: &v.members, dense, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
                 let cx = Context { site, readmissions: board.readmissions, lru: lru.then_some((now, cfg.cooldown)) };
                 let picked = if avoid.is_empty() && pace.is_none() {
                     v.selector.pick(strategy, &members, rng, cx)
@@ -664,7 +665,7 @@ impl State {
                     Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
                     Err(NoPick::Nothing) => return Err(self.why_none(view, site, avoid, now)),
                 };
-                let h = v.members[m];
+                let h = if dense { m as u32 } else { v.members[m] };
                 if lru {
                     last_used[site as usize][h as usize] = now;
                     // Other views of the same exits keep their own idle order for the site.
@@ -674,6 +675,10 @@ impl State {
                         }
                     }
                 }
+                // What the lease reads and writes of its exit, asked for at once: at a random
+                // exit of a large pool (p2c's) these are cache misses in several arrays, which
+                // then overlap instead of following one another.
+                self.prefetch(h, site);
                 // The lease gets the slot's token current now.
                 self.refresh(h, now);
                 Ok((h, Choice::Strategy(strategy)))
