@@ -153,8 +153,9 @@ pub(super) struct Moved {
 }
 
 /// Exit `h`'s active leases moved from `was` to what its slot holds now: the board's record
-/// of the exit takes the count (keyless picks read it there).
-#[inline]
+/// of the exit takes the count (keyless picks read it there). Inlined by hand: with the board
+/// to write as well the compiler made it a call, a few instructions more on every lease.
+#[inline(always)]
 pub(super) fn active_changed(moved: &mut Moved, board: &mut HealthBoard, cfg: &Config, slot: &ExitSlot, h: u32, was: u32) {
     board.set_active(h, slot.active);
     let max = cfg.max_leases.unwrap_or(u32::MAX);
@@ -675,10 +676,13 @@ impl State {
                         }
                     }
                 }
-                // What the lease reads and writes of its exit, asked for at once: at a random
-                // exit of a large pool (p2c's) these are cache misses in several arrays, which
-                // then overlap instead of following one another.
-                self.prefetch(h, site);
+                // What the lease reads and writes of its exit, asked for at once: at p2c's
+                // random exit of a large pool these are cache misses in several arrays, which
+                // then overlap instead of following one another. The other strategies' exits
+                // come in order, mostly cached: they skip the instructions.
+                if strategy == Strategy::P2c {
+                    self.prefetch(h, site);
+                }
                 // The lease gets the slot's token current now.
                 self.refresh(h, now);
                 Ok((h, Choice::Strategy(strategy)))
