@@ -519,3 +519,87 @@ fn a_snapshot_lists_what_its_selection_asks_for_and_always_counts_the_whole_pool
     assert_eq!(summary.sites.iter().map(|s| s.outcomes).collect::<Vec<_>>(), full.sites.iter().map(|s| s.outcomes).collect::<Vec<_>>());
     assert!(Selection::state_named("sick").unwrap_err().to_string().contains("'sick'"));
 }
+
+/// p2c weighs the two exits it draws by active leases per unit of capacity, read from the
+/// health board's record of each exit: a capacity set after the pool was made counts there.
+#[test]
+fn p2c_weighs_a_capacity_set_after_the_pool_was_made() {
+    let (p, _clock) = pool(2, Config { strategy: Strategy::P2c, ..cfg() });
+    p.set_capacity("e1", 4).unwrap();
+    // e0: 1 lease of capacity 1; e1: 2 of capacity 4. With two exits p2c compares both.
+    let mut held = Vec::new();
+    let mut on = |id: &str, n: usize| {
+        for _ in 0..n {
+            let g = p.try_acquire_avoiding(0, None, None, &[if id == "e0" { "e1" } else { "e0" }]).unwrap();
+            assert_eq!(g.exit.id, id);
+            held.push(g.id);
+        }
+    };
+    on("e0", 1);
+    on("e1", 2);
+    for _ in 0..20 {
+        let g = p.try_acquire(0, None, None).unwrap();
+        assert_eq!(g.exit.id, "e1", "e1 is at 2/4, e0 at 1/1");
+        p.release(g.id, &Report::SUCCESS);
+    }
+}
+
+/// Under random leases, releases, expiries, benching and capacity changes, a keyless p2c pick
+/// sees each exit's active leases as the pool holds them: it never goes past `max_leases` and
+/// never refuses while an exit in service has room.
+#[test]
+fn p2c_sees_active_leases_as_the_pool_holds_them_under_random_changes() {
+    use rand::rngs::SmallRng;
+    use rand::{RngExt, SeedableRng};
+    const EXITS: usize = 6;
+    const MAX: u32 = 2;
+    for seed in 0..10 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let (p, clock) = pool(EXITS, Config { strategy: Strategy::P2c, max_leases: Some(MAX), lease_ttl: 10.0, ..cfg() });
+        let mut now = 0.0;
+        // Leases held: (lease id, exit index, taken at).
+        let mut held: Vec<(exitpool::LeaseId, usize, f64)> = Vec::new();
+        let mut benched = [false; EXITS];
+        for step in 0..1500 {
+            match rng.random_range(0..10) {
+                0..=4 => {
+                    held.retain(|&(_, _, at)| now < at + 10.0);
+                    let active = |e: usize| held.iter().filter(|l| l.1 == e).count() as u32;
+                    let room = (0..EXITS).any(|e| !benched[e] && active(e) < MAX);
+                    match p.try_acquire(0, None, None) {
+                        Ok(g) => {
+                            let e: usize = g.exit.id[1..].parse().unwrap();
+                            assert!(!benched[e] && active(e) < MAX, "seed {seed} step {step}: e{e} was full or benched");
+                            held.push((g.id, e, now));
+                        }
+                        Err(r) => assert!(!room, "seed {seed} step {step}: refused ({r:?}) with an exit free"),
+                    }
+                }
+                5 | 6 => {
+                    if !held.is_empty() {
+                        let (id, _, _) = held.swap_remove(rng.random_range(0..held.len()));
+                        p.release(id, &Report::SUCCESS);
+                    }
+                }
+                7 => {
+                    let dt = rng.random_range(0.0..4.0);
+                    clock.advance(dt).unwrap();
+                    now += dt;
+                }
+                8 => {
+                    let e = rng.random_range(0..EXITS);
+                    p.set_capacity(&format!("e{e}"), rng.random_range(1..5)).unwrap();
+                }
+                _ => {
+                    let e = rng.random_range(0..EXITS);
+                    if benched[e] {
+                        p.unbench(&format!("e{e}")).unwrap();
+                    } else {
+                        p.bench(&format!("e{e}")).unwrap();
+                    }
+                    benched[e] = !benched[e];
+                }
+            }
+        }
+    }
+}

@@ -10,6 +10,7 @@
 //! once the fault is ours (network, probes) and no tunnel is judged. When fewer than
 //! `panic_threshold` of the exits are left in service, the pool panics and serves from all.
 
+use super::draw::{Draw, Gate, SiteGate};
 use super::incidents::Incident;
 use super::{Breaker, Ejection, HealthConfig, Reason, Signal, State, Transition};
 use crate::events::{Event, EventKind, Events};
@@ -101,7 +102,9 @@ pub struct OutboxVerdict {
 #[derive(Debug, Default)]
 pub(super) struct SiteHealth {
     breakers: Vec<Breaker>,
-    cool_until: Vec<f64>,
+    /// Per exit: its breaker's state and its cooldown, what a pick reads (see `SiteGate`);
+    /// kept in step with `breakers` by `sync`.
+    gates: Vec<SiteGate>,
     /// When each exit last got a 429 from the site (`-inf`: never): a block soon after is the
     /// site punishing that exit's pace, not the site failing (see `PACE_BAN_MEMORY`).
     limited_at: Vec<f64>,
@@ -112,6 +115,24 @@ pub(super) struct SiteHealth {
     /// Fewer than `panic_threshold` of the exits serve this site, counting those out for
     /// their tunnel and those out for the site: its exits out for the site serve it again.
     panic: bool,
+}
+
+impl SiteHealth {
+    /// Exit `h`'s gate, made if the exit has none yet.
+    fn gate_mut(&mut self, h: u32) -> &mut SiteGate {
+        let hu = h as usize;
+        if self.gates.len() <= hu {
+            self.gates.resize(hu + 1, SiteGate::default());
+        }
+        &mut self.gates[hu]
+    }
+
+    /// Exit `h`'s gate takes its breaker's state: called wherever that state changes.
+    fn sync(&mut self, h: u32) {
+        if let Some(state) = self.breakers.get(h as usize).map(Breaker::state) {
+            self.gate_mut(h).state = state;
+        }
+    }
 }
 
 /// The recent outcomes of one exit over every site, for adaptive weights.
@@ -147,9 +168,9 @@ pub struct HealthBoard {
     pub(super) tunnel: Vec<Breaker>,
     pub(super) sites: Vec<SiteHealth>,
     pub(super) recent: Vec<Recent>,
-    /// Per exit: tunnel state factor x adaptive weight, kept current by every report and
-    /// transition so that a pick reads one number per exit.
-    factor: Vec<f64>,
+    /// Per exit: what a keyless pick asks about it (see `super::draw`), kept current by every
+    /// report, transition and lease so that a pick reads one record per exit.
+    draw: Vec<Draw>,
     pub(super) tunnel_failing: u32,
     tunnel_ejected: u32,
     /// Tunnel breakers of exits in no group quarantined or dead: the exits hard evidence
@@ -190,7 +211,7 @@ impl HealthBoard {
             tunnel: vec![Breaker::new(now); exits],
             sites: vec![SiteHealth::default()],
             recent: vec![Recent::default(); exits],
-            factor: vec![1.0; exits],
+            draw: vec![Draw::default(); exits],
             tunnel_failing: 0,
             tunnel_ejected: 0,
             tunnel_out: 0,
@@ -216,7 +237,7 @@ impl HealthBoard {
         if self.tunnel.len() < n {
             self.tunnel.resize(n, Breaker::new(now));
             self.recent.resize(n, Recent::default());
-            self.factor.resize(n, 1.0);
+            self.draw.resize(n, Draw::default());
         }
     }
 
@@ -261,6 +282,7 @@ impl HealthBoard {
                     let was = b.failing(&self.cfg);
                     if let Some(t) = b.poll(now) {
                         sh.failing -= was as u32;
+                        sh.sync(h);
                         log_transition(&mut self.events, now, h, Some(s), t, &self.cfg);
                     }
                 }
@@ -289,21 +311,32 @@ impl HealthBoard {
         self.site_admits(h, site, now)
     }
 
-    /// Starts loading what deciding on exit `h` for `site` reads (`tunnel_admits`,
-    /// `site_admits`, `weight`, `admits`), each in an array of its own: at a random exit of a
-    /// large pool every one is a cache miss, and asked for together they overlap.
+    /// Starts loading what a lease of exit `h` for `site` reads and writes on the board (its
+    /// tunnel and site breakers for `admits`, `state` and `on_lease`, its record and site gate),
+    /// each in an array of its own: at a random exit of a large pool every one is a cache
+    /// miss, and asked for together they overlap.
     #[inline]
     pub fn prefetch(&self, h: u32, site: u32) {
         use crate::prefetch::prefetch;
         let hu = h as usize;
         prefetch(&self.tunnel[hu]);
-        prefetch(&self.factor[hu]);
+        if let Some(b) = self.sites.get(site as usize).and_then(|sh| sh.breakers.get(hu)) {
+            prefetch(b);
+        }
+        self.prefetch_pick(h, site);
+    }
+
+    /// Starts loading what a keyless pick asks about exit `h` for `site` (`tunnel_admits`,
+    /// `site_admits`, `weight`, `active`, `capacity`): the exit's record, and its gate for the
+    /// site if it has one.
+    #[inline]
+    pub fn prefetch_pick(&self, h: u32, site: u32) {
+        use crate::prefetch::prefetch;
+        let hu = h as usize;
+        prefetch(&self.draw[hu]);
         if let Some(sh) = self.sites.get(site as usize) {
-            if let Some(b) = sh.breakers.get(hu) {
-                prefetch(b);
-            }
-            if let Some(c) = sh.cool_until.get(hu) {
-                prefetch(c);
+            if let Some(g) = sh.gates.get(hu) {
+                prefetch(g);
             }
         }
     }
@@ -315,9 +348,21 @@ impl HealthBoard {
         crate::prefetch::prefetch(&self.recent[h as usize]);
     }
 
-    /// Whether exit `h`'s tunnel admits a lease, whatever the site.
+    /// Whether exit `h`'s tunnel admits a lease, whatever the site. Reads the exit's record
+    /// only, unless its state alone does not say (probing, or in a group).
     #[inline]
     pub fn tunnel_admits(&self, h: u32) -> bool {
+        let fast = match self.draw[h as usize].gate {
+            Gate::Open => true,
+            Gate::Shut => self.panic,
+            Gate::Ask => return self.tunnel_admits_slowly(h),
+        };
+        debug_assert_eq!(fast, self.tunnel_admits_slowly(h), "exit {h}'s record disagrees with its breakers");
+        fast
+    }
+
+    /// [`HealthBoard::tunnel_admits`] from the breakers themselves.
+    pub fn tunnel_admits_slowly(&self, h: u32) -> bool {
         let t = &self.tunnel[h as usize];
         if t.group() != 0 {
             return (t.admits(&self.cfg) || self.panic) && (self.group_admits(t.group()) || self.group_panics(t.group()));
@@ -330,14 +375,39 @@ impl HealthBoard {
     #[inline]
     pub fn site_admits(&self, h: u32, site: u32, now: f64) -> Admit {
         let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
+        let Some(g) = sh.gates.get(h as usize) else {
+            debug_assert_eq!(self.site_admits_slowly(h, site, now), Admit::Yes, "exit {h} has no gate for site {site}");
+            return Admit::Yes;
+        };
+        // `panic` is read only for an exit its breaker for the site holds out; the breaker
+        // itself only for a probing one.
+        let out = match g.state {
+            State::Healthy | State::Degraded => false,
+            State::Quarantined | State::Dead => !sh.panic,
+            State::Probing => !sh.panic && !sh.breakers[h as usize].admits(&self.cfg),
+        };
+        let fast = if out {
+            Admit::No(g.state)
+        } else if g.cool_until > now {
+            Admit::Cooling(g.cool_until)
+        } else {
+            Admit::Yes
+        };
+        debug_assert_eq!(fast, self.site_admits_slowly(h, site, now), "exit {h}'s gate for site {site} disagrees with its breaker");
+        fast
+    }
+
+    /// [`HealthBoard::site_admits`] from the site's breaker itself.
+    fn site_admits_slowly(&self, h: u32, site: u32, now: f64) -> Admit {
+        let Some(sh) = self.sites.get(site as usize) else { return Admit::Yes };
         if let Some(b) = sh.breakers.get(h as usize) {
             // `panic` is read only for an exit its breaker for the site holds out.
             if !b.admits(&self.cfg) && !sh.panic {
                 return Admit::No(b.state());
             }
         }
-        match sh.cool_until.get(h as usize) {
-            Some(&until) if until > now => Admit::Cooling(until),
+        match sh.gates.get(h as usize).map(|g| g.cool_until) {
+            Some(until) if until > now => Admit::Cooling(until),
             _ => Admit::Yes,
         }
     }
@@ -380,15 +450,39 @@ impl HealthBoard {
     /// adaptive weight (success rate squared times a latency factor, neutral until enough data).
     #[inline]
     pub fn weight(&self, h: u32, site: u32) -> f64 {
-        let w = self.factor[h as usize];
-        match self.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)) {
-            Some(b) => w * b.weight_factor(),
+        let w = self.draw[h as usize].factor;
+        match self.sites.get(site as usize).and_then(|sh| sh.gates.get(h as usize)) {
+            Some(g) => w * super::breaker::weight_factor(g.state),
             None => w,
         }
     }
 
+    /// Brings exit `h`'s record up to date with its tunnel breaker, its recent outcomes and the
+    /// panic floor: called wherever one of them changes.
     pub(super) fn refresh(&mut self, h: u32) {
-        self.factor[h as usize] = self.tunnel[h as usize].weight_factor().max(self.panic_floor) * self.adaptive(h);
+        let t = &self.tunnel[h as usize];
+        let (factor, gate) = (t.weight_factor().max(self.panic_floor) * self.adaptive(h), Gate::of(t));
+        let d = &mut self.draw[h as usize];
+        d.factor = factor;
+        d.gate = gate;
+    }
+
+    /// Exit `h`'s active leases: the pool says so each time they change.
+    #[inline]
+    pub fn set_active(&mut self, h: u32, active: u32) {
+        self.draw[h as usize].active = active;
+    }
+
+    /// Exit `h`'s capacity, when it joins the pool's views (with a new capacity or not).
+    pub fn set_capacity(&mut self, h: u32, capacity: u32) {
+        self.draw[h as usize].capacity = u16::try_from(capacity).unwrap_or(u16::MAX);
+    }
+
+    /// Exit `h`'s active leases and capacity as its record holds them.
+    #[inline]
+    pub fn load(&self, h: u32) -> (u32, u32) {
+        let d = &self.draw[h as usize];
+        (d.active, d.capacity as u32)
     }
 
     fn adaptive(&self, h: u32) -> f64 {
@@ -610,6 +704,7 @@ impl HealthBoard {
     }
 
     fn site_changed(&mut self, h: u32, site: u32, t: Transition, now: f64) {
+        self.sites[site as usize].sync(h);
         let until = self.sites[site as usize].breakers[h as usize].until();
         self.share(h, Some(site), t, until, now);
         self.count(h, t, Some(site));
@@ -700,6 +795,7 @@ impl HealthBoard {
         for s in 0..self.sites.len() {
             if let Some(b) = self.sites[s].breakers.get_mut(h as usize) {
                 if let Some(t) = b.revive(now) {
+                    self.sites[s].sync(h);
                     self.count(h, t, Some(s as u32));
                     log_transition(&mut self.events, now, h, Some(s as u32), t, &self.cfg);
                 }
@@ -727,6 +823,7 @@ impl HealthBoard {
         for sh in &mut self.sites {
             if let Some(b) = sh.breakers.get_mut(h as usize) {
                 let old = std::mem::replace(b, fresh.clone());
+                sh.sync(h);
                 if old.state().holds_a_cap_slot() {
                     sh.ejected -= 1;
                 }
@@ -760,7 +857,7 @@ impl HealthBoard {
 
     /// Until when exit `h` rests for `site` after a 429, if it was told to.
     pub fn cooling_until(&self, h: u32, site: u32) -> Option<f64> {
-        self.sites.get(site as usize)?.cool_until.get(h as usize).copied().filter(|t| t.is_finite())
+        self.sites.get(site as usize)?.gates.get(h as usize).map(|g| g.cool_until).filter(|t| t.is_finite())
     }
 
     /// Exit `h` got a 429 from `site` at `now`.
@@ -776,11 +873,7 @@ impl HealthBoard {
     /// Has exit `h` rest for `site` until `until` (a cooldown saved before a restart).
     pub fn cool(&mut self, h: u32, site: u32, until: f64) {
         self.ensure_site(site);
-        let sh = &mut self.sites[site as usize];
-        if sh.cool_until.len() <= h as usize {
-            sh.cool_until.resize(h as usize + 1, f64::NEG_INFINITY);
-        }
-        sh.cool_until[h as usize] = until;
+        self.sites[site as usize].gate_mut(h).cool_until = until;
     }
 
     pub fn tunnel_breaker(&self, h: u32) -> &Breaker {
@@ -933,6 +1026,96 @@ fn log_transition(events: &mut Events, time: f64, exit: u32, site: Option<u32>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{RngExt, SeedableRng};
+
+    /// Exit `h`'s weight for `site` from its breakers and recent outcomes themselves.
+    fn weight_slowly(b: &HealthBoard, h: u32, site: u32) -> f64 {
+        let w = b.tunnel[h as usize].weight_factor().max(b.panic_floor) * b.adaptive(h);
+        match b.sites.get(site as usize).and_then(|sh| sh.breakers.get(h as usize)) {
+            Some(br) => w * br.weight_factor(),
+            None => w,
+        }
+    }
+
+    /// What a pick reads about an exit (its record, its site gates) gives the answers its
+    /// breakers give, through random reports, probes, leases, trials, quarantines ending,
+    /// verdicts imposed, revivals, groups and panics: every place they change keeps it current.
+    #[test]
+    fn records_match_the_breakers_under_random_changes() {
+        const EXITS: u32 = 12;
+        const SITES: u32 = 3;
+        let cfg = HealthConfig { consecutive: 2.0, recover_successes: 2, half_open_trials: 2, min_hold: 0.0, ..HealthConfig::default() };
+        for seed in 0..40 {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            let mut b = HealthBoard::new(cfg.clone(), EXITS as usize, 0.0);
+            let g = b.add_group("gw", 0.0);
+            let mut now = 0.0;
+            let mut trials: Vec<(u32, u32, Trial)> = Vec::new();
+            for step in 0..600 {
+                now += rng.random_range(0.0..3.0);
+                let h = rng.random_range(0..EXITS);
+                let site = rng.random_range(0..SITES);
+                b.ensure_site(site);
+                match rng.random_range(0..12) {
+                    0..=3 => {
+                        let outcome = [
+                            Outcome::Success,
+                            Outcome::Block,
+                            Outcome::Captcha,
+                            Outcome::RateLimited,
+                            Outcome::Timeout,
+                            Outcome::Connect,
+                            Outcome::TargetError,
+                        ][rng.random_range(0..7)];
+                        let latency = Some(rng.random_range(0.01..4.0));
+                        let report = Report { outcome, status: None, latency, retry_after: None };
+                        let trial = match trials.iter().position(|t| t.0 == h && t.1 == site) {
+                            Some(i) => trials.swap_remove(i).2,
+                            None => Trial::default(),
+                        };
+                        b.report(h, site, &report, trial, EXITS, now, rng.random_range(0.0..1.0));
+                    }
+                    4 => trials.push((h, site, b.on_lease(h, site))),
+                    5 => {
+                        if let Some((h, site, trial)) = trials.pop() {
+                            b.abandon(h, site, trial);
+                        }
+                    }
+                    6 => b.probe(h, [Probe::Ok, Probe::Failed, Probe::Drifted][rng.random_range(0..3)], EXITS, now, 0.5),
+                    7 => {
+                        let to = State::ALL[rng.random_range(0..5)];
+                        let on = rng.random_bool(0.5).then_some(site);
+                        b.impose(h, on, to, rng.random_range(0.0..20.0), now, Reason::Fleet);
+                    }
+                    8 => b.set_group(h, if rng.random_bool(0.5) { g } else { 0 }),
+                    9 => match rng.random_range(0..3) {
+                        0 => b.revive(h, now),
+                        1 => b.forget(h, now),
+                        _ => b.set_members(rng.random_range(1..=EXITS), now),
+                    },
+                    10 => b.cool(h, site, now + rng.random_range(0.0..5.0)),
+                    _ => b.poll(now),
+                }
+                for h in 0..EXITS {
+                    assert_eq!(b.tunnel_admits(h), b.tunnel_admits_slowly(h), "seed {seed} step {step} exit {h}");
+                    for site in 0..SITES {
+                        let at = now + rng.random_range(0.0..2.0);
+                        assert_eq!(
+                            b.site_admits(h, site, at),
+                            b.site_admits_slowly(h, site, at),
+                            "seed {seed} step {step} exit {h} site {site}"
+                        );
+                        assert_eq!(
+                            b.weight(h, site).to_bits(),
+                            weight_slowly(&b, h, site).to_bits(),
+                            "seed {seed} step {step} exit {h} site {site}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// The cap truncates where it used to call `floor`: the same cap for every share and size.
     #[test]

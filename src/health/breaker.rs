@@ -129,12 +129,7 @@ impl Breaker {
     /// The share of its weight the exit keeps in this state.
     #[inline]
     pub fn weight_factor(&self) -> f64 {
-        match self.state {
-            State::Healthy => 1.0,
-            State::Degraded => 0.25,
-            State::Probing => 0.1,
-            State::Quarantined | State::Dead => 0.0,
-        }
+        weight_factor(self.state)
     }
 
     /// A lease went out through this breaker; a probing one counts it as a trial. Returns the
@@ -418,6 +413,17 @@ fn rate_over(bits: u64, n: f64, threshold: f64) -> Option<f64> {
     }
     let rate = bits.count_ones() as f64 / n;
     (rate >= threshold).then_some(rate)
+}
+
+/// The share of its weight an exit keeps in `state`.
+#[inline]
+pub(super) fn weight_factor(state: State) -> f64 {
+    match state {
+        State::Healthy => 1.0,
+        State::Degraded => 0.25,
+        State::Probing => 0.1,
+        State::Quarantined | State::Dead => 0.0,
+    }
 }
 
 #[cfg(test)]

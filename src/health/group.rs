@@ -218,7 +218,8 @@ impl HealthBoard {
             self.tunnel_out = (self.tunnel_out + (group == 0) as u32) - (old == 0) as u32;
         }
         self.tunnel[h as usize].set_group(group);
-        // Its admission may have changed either way.
+        // Its admission may have changed either way; its record asks the group's breaker or not.
+        self.refresh(h);
         self.readmissions += 1;
     }
 

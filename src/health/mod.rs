@@ -12,6 +12,7 @@
 mod board;
 mod breaker;
 mod config;
+mod draw;
 mod group;
 mod incidents;
 

@@ -152,11 +152,12 @@ pub(super) struct Moved {
     listed: Vec<bool>,
 }
 
-/// Exit `h`'s active leases moved from `was` to what its slot holds now. The test is inlined
-/// into every acquire and release, the listing (`least_conn`, or an exit leaving
-/// `max_leases`) is a call.
+/// Exit `h`'s active leases moved from `was` to what its slot holds now: the board's record
+/// of the exit takes the count (keyless picks read it there). The test is inlined into every
+/// acquire and release, the listing (`least_conn`, or an exit leaving `max_leases`) is a call.
 #[inline(always)]
-pub(super) fn active_changed(moved: &mut Moved, cfg: &Config, slot: &ExitSlot, h: u32, was: u32) {
+pub(super) fn active_changed(moved: &mut Moved, board: &mut HealthBoard, cfg: &Config, slot: &ExitSlot, h: u32, was: u32) {
+    board.set_active(h, slot.active);
     let max = cfg.max_leases.unwrap_or(u32::MAX);
     let was_full = was >= max && slot.active < max;
     if cfg.strategy != Strategy::LeastConn && !was_full {
@@ -330,6 +331,9 @@ impl State {
             }),
         )?;
         view.weight_total = members.iter().map(|&h| self.exits[h as usize].exit.capacity.max(1) as u64).sum();
+        for &h in &members {
+            self.sync_record(h);
+        }
         view.members = members;
         view.place();
         let id = self.views.len() as u32;
@@ -343,9 +347,18 @@ impl State {
         self.views.iter().filter(|v| v.matches(exit)).try_for_each(|v| v.ring.check_room(&exit.id, exit.capacity))
     }
 
+    /// Exit `h`'s record on the board (what keyless picks read) takes its slot's capacity and
+    /// active leases: as it becomes a member of a view, which any new capacity takes it through.
+    fn sync_record(&mut self, h: u32) {
+        let slot = &self.exits[h as usize];
+        self.board.set_capacity(h, slot.capacity());
+        self.board.set_active(h, slot.active);
+    }
+
     pub(super) fn join_views(&mut self, h: u32, now: f64) -> Result<()> {
         let exit = self.exits[h as usize].exit.clone();
         self.check_room(&exit)?;
+        self.sync_record(h);
         for view in self.views.iter_mut().filter(|v| v.matches(&exit)) {
             if let Err(pos) = view.members.binary_search(&h) {
                 view.ring.add(&exit.id, exit.capacity, h)?;
@@ -385,7 +398,7 @@ impl State {
         let (moved, cfg) = (&mut self.moved, &self.cfg);
         self.leases.expire_due(now, |_, rec: LeaseRec| {
             exits[rec.exit as usize].active -= 1;
-            active_changed(moved, cfg, &exits[rec.exit as usize], rec.exit, exits[rec.exit as usize].active + 1);
+            active_changed(moved, board, cfg, &exits[rec.exit as usize], rec.exit, exits[rec.exit as usize].active + 1);
             counts.expired += 1;
             board.abandon(rec.exit, rec.site, rec.trial);
             board.events.push(
@@ -405,7 +418,7 @@ impl State {
     #[inline(always)]
     pub(super) fn lease_ended(&mut self, h: u32) {
         let slot = &self.exits[h as usize];
-        active_changed(&mut self.moved, &self.cfg, slot, h, slot.active + 1);
+        active_changed(&mut self.moved, &mut self.board, &self.cfg, slot, h, slot.active + 1);
     }
 
     /// Starts loading what a lease of exit `h` for `site` reads and writes, once its exit is
@@ -655,8 +668,9 @@ impl State {
                 let State { views, exits, last_used, rng, cfg, board, pacer, .. } = self;
                 let v = &mut views[view as usize];
                 let pace = pacer.as_deref().and_then(|p| p.row(site));
+                let dense = super::members::dense(&v.members);
                 let members =
-                    ViewMembers { members: &v.members, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
+                    ViewMembers { members: &v.members, dense, exits, max_leases, last_used: &last_used[site as usize], board, site, now };
                 let cx = Context { site, readmissions: board.readmissions, lru: lru.then_some((now, cfg.cooldown)) };
                 let picked = if avoid.is_empty() && pace.is_none() {
                     v.selector.pick(strategy, &members, rng, cx)
@@ -669,7 +683,7 @@ impl State {
                     Err(NoPick::Nothing) if v.members.is_empty() => return Err(Refusal::NoExits),
                     Err(NoPick::Nothing) => return Err(self.why_none(view, site, avoid, now)),
                 };
-                let h = v.members[m];
+                let h = if dense { m as u32 } else { v.members[m] };
                 if lru {
                     last_used[site as usize][h as usize] = now;
                     // Other views of the same exits keep their own idle order for the site.
@@ -678,6 +692,13 @@ impl State {
                             other.selector.used(site, m, now);
                         }
                     }
+                }
+                // What the lease reads and writes of its exit, asked for at once: at p2c's
+                // random exit of a large pool these are cache misses in several arrays, which
+                // then overlap instead of following one another. The other strategies' exits
+                // come in order, mostly cached: they skip the instructions.
+                if strategy == Strategy::P2c {
+                    self.prefetch(h, site);
                 }
                 // The lease gets the slot's token current now.
                 self.refresh(h, now);
@@ -877,7 +898,7 @@ impl State {
         slot.last_lease = now;
         slot.tally.leases += 1;
         let exit = slot.exit.clone();
-        active_changed(&mut self.moved, &self.cfg, &self.exits[h as usize], h, self.exits[h as usize].active - 1);
+        active_changed(&mut self.moved, &mut self.board, &self.cfg, &self.exits[h as usize], h, self.exits[h as usize].active - 1);
         let identity = match key {
             Some(k) if self.cfg.calibrate => identity_of(k),
             _ => 0,
