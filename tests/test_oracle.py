@@ -4,7 +4,7 @@ successes, and exitpool beats the naive pick on the rows a user reads.
 
 Each world runs 20 seconds a policy: what exitpool pays to discover a dead exit, a flagged one
 and the incident is a fixed number of requests, which a 5-second run weighs four times as
-heavily as a 20-second one (5 s runs measured 89-96% of the oracle, 20 s runs 96-99%)."""
+heavily as a 20-second one (10 s runs measured 89-96% of the oracle, 20 s runs 96-99%)."""
 
 from __future__ import annotations
 
