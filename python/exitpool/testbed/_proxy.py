@@ -201,7 +201,7 @@ class Proxy(_Server):
 
     def __repr__(self) -> str:
         state = "killed" if self._killed else "up"
-        return f"<Proxy {self.name} 127.0.0.1:{self.port} via {self.source_ip} {state}>"
+        return f"<{type(self).__name__} {self.name} 127.0.0.1:{self.port} via {self.source_ip} {state}>"
 
     # -- identity
     @property

@@ -113,10 +113,6 @@ class Socks5Proxy(Proxy):
         self.domain_requests: collections.Counter = collections.Counter()
         self.ipv4_requests = 0
 
-    def __repr__(self) -> str:
-        state = "killed" if self._killed else "up"
-        return f"<Socks5Proxy {self.name} 127.0.0.1:{self.port} via {self.source_ip} {state}>"
-
     @property
     def url(self) -> str:
         """``socks5://user:password@host:port`` (no credentials with ``auth=False``). Holds the
