@@ -7,6 +7,7 @@ carries the password "s3cret-pw", and every event a test reads is checked for it
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -207,3 +208,26 @@ def test_a_site_incident_ramps_back_to_full_traffic_on_successes(clock):
     leases = [pool.acquire(site=SHOP, timeout=0) for _ in range(24)]
     for lease in leases:
         pool.release(lease)
+
+
+def test_an_async_lease_waiting_out_the_spacing_goes_when_a_trial_succeeds(clock):
+    """`async with` told to retry after the incident's interval does not sleep all of it: the
+    trial lease's success lets the next lease go at once, and the waiting one takes it."""
+    pool = make_pool(12, clock=clock, health={"incident_interval": 600.0})
+    while not events(pool, "site_incident_opened"):
+        pool.release(lease_when_allowed(pool, clock), status=503)
+    trial = lease_when_allowed(pool, clock)  # the clock stands still from here
+
+    async def waiter():
+        async with pool.lease(site=SHOP) as lease:
+            return lease.exit_id
+
+    async def main():
+        task = asyncio.ensure_future(waiter())
+        await asyncio.sleep(0.2)
+        assert not task.done(), "the next lease is 600 s away until the trial succeeds"
+        pool.release(trial, status=200)
+        # Without looking again, the waiter would sleep the whole 600 s of its retry_after.
+        return await asyncio.wait_for(task, 10.0)
+
+    assert asyncio.run(main()) in {f"e{i}" for i in range(12)}
