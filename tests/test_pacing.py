@@ -71,6 +71,31 @@ def test_a_burst_deeper_than_the_rate_goes_at_once_then_the_rate_holds():
     assert len(held) == 14
 
 
+def test_a_fractional_burst_is_a_jitter_allowance_spent_within_one_interval():
+    """ "4/s burst 5.8" for a site six deep at 4/s: five at once after a rest, the sixth 50 ms
+    later, then four a second, every request 50 ms behind the site's own refill. No budget
+    is lost: over a second of sending, as many go as at "4/s burst 6"."""
+    pool, clock = paced_pool(pacing={SITE: "4/s burst 5.8"})
+    for _ in range(5):
+        pool.release(pool.acquire(site=SITE, timeout=0))
+    with pytest.raises(Cooling) as e:
+        pool.acquire(site=SITE, timeout=0)
+    assert e.value.retry_after == pytest.approx(0.05)
+    assert pair(pool, "e0")["configured"] == "4/s burst 5.8"
+    clock.advance(0.05)
+    pool.release(pool.acquire(site=SITE, timeout=0))
+    sent = 6
+    for _ in range(4):
+        with pytest.raises(Cooling) as e:
+            pool.acquire(site=SITE, timeout=0)
+        assert e.value.retry_after == pytest.approx(0.25)
+        clock.advance(0.25)
+        pool.release(pool.acquire(site=SITE, timeout=0))
+        sent += 1
+    # 1.05 s after the rest: 6 + 4, as "4/s burst 6" sends by 1.0 s.
+    assert sent == 10
+
+
 def test_a_sync_lease_waits_for_budget_within_its_timeout():
     pool = Pool(exits(1), pacing={"*": "20/s"})
     for _ in range(20):
