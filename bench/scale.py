@@ -22,7 +22,9 @@ exits fit the ring at the default 160 points per unit; no max_leases; cooldown 0
    pairs, at least 1): a linear-time pick at 100,000 exits costs milliseconds, so such cells
    rest on a handful of pairs (the output says how many). A strategy's pools of every size
    are alive together and their runs interleave, round by round, so that a slow spell of a
-   shared machine falls on every size alike rather than skewing the growth ratios.
+   shared machine falls on every size alike rather than skewing the growth ratios; each timed
+   run follows 20 ms of the same cell's pairs, untimed, so that it finds the pool as warm as
+   its own traffic keeps it, not as the larger pools' runs in between left the caches.
 2. The interpreter's floor beside them, measured on each pool the way ``bench/pool.py`` does it
    (``timing.floor_ns``): two calls into the extension plus making and freeing a ``Lease``.
 3. Per row, the growth 10,000/100 and 100,000/100 exits (the issue's targets: at most 2x and
@@ -57,6 +59,7 @@ STRATEGIES = ("round_robin", "weighted", "least_conn", "lru", "p2c")
 N_KEYS = 1_000
 RUN_SECONDS = 0.005  # the aim for one timed run of a cell
 MAX_PAIRS = 2_000  # pairs per timed run, at most
+WARM_SECONDS = 0.02  # the cell's own untimed pairs before each timed run
 FLOOR_LOOP = 2_000  # iterations of each floor loop
 DEBUG_SUSPECT_NS = 5_000  # a keyed pair at 100 exits slower than this: a debug build
 
@@ -89,11 +92,20 @@ def sized_run(make_run):
 
 def interleaved_medians(cells: dict, rounds: int) -> dict:
     """Median ns per pair of each cell ({name: (run, pairs)}): each round times one run of every
-    cell in turn, so that a slow spell of a shared machine falls on every pool size alike."""
+    cell in turn, so that a slow spell of a shared machine falls on every pool size alike.
+
+    Each timed run follows WARM_SECONDS of the same cell's pairs, untimed: a pool in use keeps
+    warm what its own traffic touches, but here the larger pools' runs in between evict it (a
+    100,000-exit pool's records are larger than the L3 cache), which a random pick (`p2c`)
+    pays for at every pair: measured without it, p2c keyless at 10,000 exits was 2.4x the
+    100-exit pair, and 1.4x in a process holding only the 10,000-exit pool."""
     per_pair: dict = {name: [] for name in cells}
     with gc_off():
         for _ in range(rounds):
             for name, (run, pairs) in cells.items():
+                warm_until = time.perf_counter() + WARM_SECONDS
+                while time.perf_counter() < warm_until:
+                    run()
                 t0 = time.perf_counter()
                 run()
                 per_pair[name].append((time.perf_counter() - t0) * 1e9 / pairs)
