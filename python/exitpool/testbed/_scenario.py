@@ -601,7 +601,8 @@ def _demo_pool(exits: List[Any], scenario: Scenario) -> Any:
     # after every rest (20 s runs, pages served, the oracle's in brackets: tight_limits 288 at
     # "2/s burst 1", 304 at "2/s burst 1.9" (304); bad_third 912 at "6/s burst 5", 936 at
     # "6/s burst 5.7" (944); demo 445 at "4/s burst 5", 457 at "4/s burst 5.8" (470); no 429 in
-    # any, also with three busy processes on the machine's two cores). A generous ceiling
+    # any, nor in tight_limits with three busy processes on the machine's two cores; at the
+    # exact depth, "4/s burst 6", the demo served 386 and met fourteen 429s). A generous ceiling
     # learned down by 429s is too slow where three 429s in ten seconds get an IP banned for
     # good (tight_limits: 16% of the oracle at "10/s").
     # Leases during a site incident a quarter second apart rather than one: noticing that the
