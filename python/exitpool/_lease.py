@@ -14,6 +14,7 @@ from ._errors import Cooling, NoExitAvailable, WarmingUp
 # lease. Waiting out the whole spacing made every waiting lease miss the site's return by up to
 # an interval, and each doubling by up to its spacing (the test suite's "bad third" world, in
 # the two seconds after its incident: 12-15 pages an exit, 15-16 looking again, the oracle 17).
+# Not with a shared store: there each look is a round trip to it, twenty a second per waiter.
 _POLL_FIRST = 0.001
 _POLL_CAP = 0.05
 
@@ -57,7 +58,7 @@ async def _acquire(lease: Any, timeout: Optional[float]) -> Any:
                     raise refusal
                 raise NoExitAvailable(lease._full_message(timeout))
             wait = min(wait, left)
-        if isinstance(refusal, Cooling):
+        if isinstance(refusal, Cooling) and not shared:
             wait = min(wait, _POLL_CAP)
         await asyncio.sleep(wait)
 
