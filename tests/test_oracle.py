@@ -10,6 +10,7 @@ after the run's end)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from contextlib import asynccontextmanager
 
@@ -171,6 +172,27 @@ def test_a_users_own_policy_runs_against_the_oracle():
     assert mine.sent > 0 and oracle.ok >= mine.ok
     assert mine.refusals["429 seen"] == mine.verdicts["429"] > 0
     assert 0.0 <= mine.share_of(oracle) <= 1.0
+
+
+class LateGrant:
+    """A policy whose every lease is granted only after the run has ended."""
+
+    name = "late"
+
+    async def start(self, live):
+        self.live = live
+        self.exit = live.exits[0]
+
+    @asynccontextmanager
+    async def lease(self, key, site):
+        await asyncio.sleep(max(0.0, self.live.duration - self.live.now()) + 0.2)
+        yield RoundRobin._Lease(self.exit)
+
+
+def test_a_lease_granted_after_the_run_ends_sends_nothing_and_counts_nothing():
+    scenario = Scenario.tight_limits().replace(accounts=1, keyless=1)
+    late = scenario.run(LateGrant(), 1.0)
+    assert late.sent == 0 and late.ok == 0, late.log
 
 
 def test_a_scenario_refuses_a_duration_it_cannot_run():
