@@ -23,13 +23,16 @@ pub const FLOOR_DIVISOR: f64 = 32.0;
 /// Seconds until a request fits a GCRA whose theoretical arrival time is `tat`, with
 /// emission interval `t` and burst tolerance `tau` (0: it fits now). The one rule, shared by
 /// the pool and the in-process store (the Redis script has it in Lua).
+/// The wait is rounded to whole nanoseconds: `tat` and `now` are far larger than the wait,
+/// so the sum's last bits are rounding, and a burst spent within one clock tick would
+/// otherwise be told to wait a hair over one interval.
 #[inline]
 pub fn wait_at(tat: f64, t: f64, tau: f64, now: f64) -> f64 {
     let over = tat.max(now) + t - tau - now;
     if over <= SLACK {
         0.0
     } else {
-        over
+        (over * 1e9).round() / 1e9
     }
 }
 
@@ -202,6 +205,24 @@ mod tests {
         let mut g = Gcra::new(limit);
         assert_eq!(burst(&mut g, limit, &clock), 2);
         assert!((g.wait(limit, clock.now()) - 30.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_spent_burst_waits_at_most_one_interval() {
+        // The coarse clock often reads the same tick for a whole burst and the wait after it;
+        // the sums in `tat` must not round that wait past one interval ("retry after
+        // 15.000000000000009" for "4/m").
+        let limit = Rate::parse("a", "4/m").unwrap();
+        for i in 0..10_000 {
+            let now = 0.001 * f64::from(i) + 1e-7 * f64::from(i % 97);
+            let mut g = Gcra::new(limit);
+            for _ in 0..4 {
+                assert_eq!(g.wait(limit, now), 0.0);
+                g.take(limit, now);
+            }
+            let wait = g.wait(limit, now);
+            assert!(wait > 0.0 && wait <= 15.0, "at {now}: {wait:e}");
+        }
     }
 
     #[test]
