@@ -63,9 +63,11 @@ impl Pairing {
         let age = now - p.born;
         if age < cfg.ramp {
             let gap = cfg.initial_interval * (1.0 - age / cfg.ramp);
-            let ready = p.last + gap;
-            if now < ready {
-                return Err(ready - now);
+            // The gap less the time since: never more than the gap, as `last + gap - now`
+            // would be by a rounding when `now` is still `last`'s clock tick.
+            let wait = gap - (now - p.last);
+            if wait > 0.0 {
+                return Err(wait);
             }
         }
         Ok(Pairing { born: p.born, last: now })
@@ -172,6 +174,19 @@ impl Pairings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pairing_used_again_within_its_clock_tick_waits_the_whole_gap_and_no_more() {
+        // The coarse clock reads one tick for a lease and the next: the wait is the gap
+        // exactly, never a rounding over it ("retry after 60.000000000000007").
+        let cfg = WarmupConfig::default();
+        for i in 0..10_000 {
+            let now = 0.001 * f64::from(i) + 1e-7 * f64::from(i % 97);
+            let mut p = Pairings::default();
+            assert_eq!(p.admit(&cfg, "k", 1, now), Ok(0));
+            assert_eq!(p.admit(&cfg, "k", 1, now), Err(cfg.initial_interval), "at {now}");
+        }
+    }
 
     #[test]
     fn ramp_spaces_a_new_pairing_then_lets_it_go() {
