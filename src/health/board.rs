@@ -473,6 +473,22 @@ impl HealthBoard {
         self.draw[h as usize].active = active;
     }
 
+    /// Exit `h` was leased: its shared record lives at `home` (see `Draw::home`).
+    #[inline]
+    pub fn set_home(&mut self, h: u32, home: usize) {
+        self.draw[h as usize].home = home;
+    }
+
+    /// Starts loading exit `h`'s shared record, where its last lease found it. The exit's
+    /// record is asked for first, as a pick has it already.
+    #[inline]
+    pub fn prefetch_home(&self, h: u32) {
+        let home = self.draw[h as usize].home;
+        if home != 0 {
+            crate::prefetch::prefetch_addr(home);
+        }
+    }
+
     /// Exit `h`'s capacity, when it joins the pool's views (with a new capacity or not).
     pub fn set_capacity(&mut self, h: u32, capacity: u32) {
         self.draw[h as usize].capacity = u16::try_from(capacity).unwrap_or(u16::MAX);

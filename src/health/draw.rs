@@ -1,10 +1,11 @@
 //! What a keyless pick asks about an exit (may its tunnel serve, its weight, its active
-//! leases, its capacity), kept in one 16-byte record per exit, four to a cache line.
+//! leases, its capacity, where its shared record lives), kept in one 32-byte record per exit,
+//! two to a cache line.
 //!
 //! `p2c` weighs exits drawn at random: in a pool larger than the caches, each array a draw
 //! reads at a random index is a cache miss (and, in the exit's 512-byte slot, a TLB miss).
 //! The answers lived in three arrays (the exit's 512-byte slot, its tunnel breaker, its weight
-//! factor); here they are one line, in an array of 1.6 MB at 100,000 exits (the slots: 50 MB).
+//! factor); here they are one line, in an array of 3.2 MB at 100,000 exits (the slots: 50 MB).
 //! The record is kept current where its inputs change: the board's `refresh` (every tunnel
 //! transition, report, panic change and group change) and the pool's lease count and
 //! capacity (`HealthBoard::set_active`, `HealthBoard::set_capacity`).
@@ -49,14 +50,20 @@ pub(super) struct Draw {
     /// The exit's capacity (at most `MAX_CAPACITY`).
     pub(super) capacity: u16,
     pub(super) gate: Gate,
+    /// The address of the exit's shared record (its `Arc<Exit>`) when it was last leased, 0
+    /// before: a lease takes a reference to it, a write to a line that a pick at a random exit
+    /// of a large pool finds cold, and that waited for the slot, where the pointer is, before
+    /// it could start. Only ever prefetched, never read through: one that is stale (the exit
+    /// was resized or its gateway token rotated since) costs a useless hint, nothing more.
+    pub(super) home: usize,
 }
 
-const _: () = assert!(std::mem::size_of::<Draw>() == 16);
+const _: () = assert!(std::mem::size_of::<Draw>() == 32);
 const _: () = assert!(crate::exit::MAX_CAPACITY <= u16::MAX as u32);
 
 impl Default for Draw {
     fn default() -> Draw {
-        Draw { factor: 1.0, active: 0, capacity: 1, gate: Gate::Open }
+        Draw { factor: 1.0, active: 0, capacity: 1, gate: Gate::Open, home: 0 }
     }
 }
 

@@ -428,6 +428,7 @@ impl State {
     pub(super) fn prefetch(&self, h: u32, site: u32) {
         let slot = &self.exits[h as usize];
         crate::prefetch::prefetch(slot);
+        self.board.prefetch_home(h);
         // The tally's outcome counts and recent bits, a line further on.
         crate::prefetch::prefetch(&slot.tally.outcomes);
         self.board.prefetch_report(h, site);
@@ -898,6 +899,7 @@ impl State {
         slot.last_lease = now;
         slot.tally.leases += 1;
         let exit = slot.exit.clone();
+        self.board.set_home(h, Arc::as_ptr(&exit) as usize);
         active_changed(&mut self.moved, &mut self.board, &self.cfg, &self.exits[h as usize], h, self.exits[h as usize].active - 1);
         let identity = match key {
             Some(k) if self.cfg.calibrate => identity_of(k),
