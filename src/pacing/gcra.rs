@@ -23,6 +23,7 @@ pub const FLOOR_DIVISOR: f64 = 32.0;
 /// Seconds until a request fits a GCRA whose theoretical arrival time is `tat`, with
 /// emission interval `t` and burst tolerance `tau` (0: it fits now). The one rule, shared by
 /// the pool and the in-process store (the Redis script has it in Lua).
+///
 /// The wait is rounded to whole nanoseconds: `tat` and `now` are far larger than the wait,
 /// so the sum's last bits are rounding, and a burst spent within one clock tick would
 /// otherwise be told to wait a hair over one interval.
