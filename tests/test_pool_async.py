@@ -216,7 +216,7 @@ async def test_async_waits_out_warming_up_when_it_fits_the_timeout():
 @pytest.mark.asyncio
 async def test_async_raises_warming_up_when_the_wait_does_not_fit():
     # A gap of 2 s against a timeout of 1 s: waiting out the timeout would take a second,
-    # twenty times what the test allows for the answer on a busy machine.
+    # twice what the test allows for an answer that takes milliseconds.
     pool = Pool(make_exits(1), warmup={"ramp": 50.0, "initial_interval": 2.0, "horizon": 60.0})
     async with pool.lease("k"):
         pass

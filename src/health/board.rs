@@ -479,8 +479,8 @@ impl HealthBoard {
         self.draw[h as usize].home = home;
     }
 
-    /// Starts loading exit `h`'s shared record, where its last lease found it. The exit's
-    /// record is asked for first, as a pick has it already.
+    /// Starts loading exit `h`'s shared record, where its last lease found it (read from the
+    /// exit's record, which a pick has in cache already).
     #[inline]
     pub fn prefetch_home(&self, h: u32) {
         let home = self.draw[h as usize].home;

@@ -428,13 +428,15 @@ impl State {
     pub(super) fn prefetch(&self, h: u32, site: u32) {
         let slot = &self.exits[h as usize];
         crate::prefetch::prefetch(slot);
-        self.board.prefetch_home(h);
         // The tally's outcome counts and recent bits, a line further on.
         crate::prefetch::prefetch(&slot.tally.outcomes);
         self.board.prefetch_report(h, site);
         if let Some(t) = self.site_tallies.get(site as usize).and_then(|t| t.get(h as usize)) {
             crate::prefetch::prefetch(t);
         }
+        // Last: it reads the exit's record (a pick has it; a keyed lease asked for it just
+        // above), where a keyed lease may wait for it while the others are on their way.
+        self.board.prefetch_home(h);
     }
 
     /// Re-ranks, in every view, the exits whose active count moved since the last pick: their
